@@ -1,0 +1,45 @@
+"""User-facing errors: one line, a place when one applies, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class UserError(Exception):
+    """A mistake in what the user gave mlbench (a file, a flag, a model).
+
+    Rendered as ``FILE:LINE:COL: where: what`` — or with the parts that are known — so an
+    editor or CI log can jump to the place. The CLI prints it and exits with code 2.
+    """
+
+    exit_code = 2
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        file: str | Path | None = None,
+        line: int | None = None,
+        col: int | None = None,
+        where: str | None = None,
+    ) -> None:
+        self.what = what
+        self.file = str(file) if file is not None else None
+        self.line = line
+        self.col = col
+        self.where = where
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        parts: list[str] = []
+        if self.file is not None:
+            place = self.file
+            if self.line is not None:
+                place += f":{self.line}"
+                if self.col is not None:
+                    place += f":{self.col}"
+            parts.append(place)
+        if self.where:
+            parts.append(self.where)
+        parts.append(self.what)
+        return ": ".join(parts)
