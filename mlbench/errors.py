@@ -43,3 +43,10 @@ class UserError(Exception):
             parts.append(self.where)
         parts.append(self.what)
         return ": ".join(parts)
+
+
+def short_error(exc: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message`, cut to `limit` characters: what a report row can hold."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"

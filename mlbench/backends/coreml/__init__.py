@@ -1,0 +1,1 @@
+"""Core ML backend: static analysis of saved Core ML packages (analysis.py)."""

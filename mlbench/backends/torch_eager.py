@@ -1,0 +1,120 @@
+"""The eager PyTorch backend: the baseline every export is compared with.
+
+Nothing is exported: the "artifact" is the model cast to the variant's precision. Its float32
+CPU variant is the reference that verification measures every other variant against.
+torch is imported inside methods so that validating a pipeline never imports it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal
+
+from pydantic import Field
+
+from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped
+from mlbench.config_base import Axis, TargetBase
+from mlbench.matrix import Variant
+from mlbench.measure import time_calls, time_once
+from mlbench.models import LoadedModel, flatten_outputs
+from mlbench.records import Metric
+
+REFERENCE = "torch/cpu/float32"
+
+
+class TorchTarget(TargetBase):
+    """Eager PyTorch under `torch.inference_mode()`."""
+
+    backend: Literal["torch"] = Field(description="Eager PyTorch.")
+    device: Axis[Literal["cpu", "cuda", "mps"]] = Field(
+        default=["cpu"], description="Devices to run on; unavailable ones are skipped, not failed."
+    )
+    precision: Axis[Literal["float32", "float16", "bfloat16"]] = Field(
+        default=["float32"], description="Weights and floating inputs are cast to this dtype."
+    )
+    threads: int | None = Field(
+        default=None, ge=1, description="Intra-op CPU threads (torch.set_num_threads); default: torch's own."
+    )
+
+    axes = ("device", "precision")
+    artifact_axes = ("precision",)
+
+
+class TorchBackend(Backend):
+    name = "torch"
+    target: TorchTarget
+
+    def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        import torch
+
+        dtype = getattr(torch, variant.axis("precision"))
+        module = model.module if dtype == torch.float32 else copy.deepcopy(model.module).to(dtype)
+        return Exported(payload=module)
+
+    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        import torch
+
+        device = variant.axis("device")
+        _require_device(device)
+        precision = variant.axis("precision")
+        dtype = getattr(torch, precision)
+        module = exported.payload.to(device)
+        inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+                  for t in model.example_inputs]
+        sync = _synchronizer(device)
+        previous_threads = torch.get_num_threads()
+        if self.target.threads:
+            torch.set_num_threads(self.target.threads)
+        try:
+            with torch.inference_mode():
+                def call() -> object:
+                    out = module(*inputs)
+                    sync()
+                    return out
+
+                first_ms, output = time_once(call)
+                settings = self.config.latency
+                latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
+                                     min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
+                                     threads=torch.get_num_threads() if device == "cpu" else None)
+        finally:
+            torch.set_num_threads(previous_threads)
+            if device != "cpu":
+                exported.payload.to("cpu")
+        metrics = {
+            "first_call": Metric.measured(first_ms, "ms"),
+            "latency.median": Metric.measured(latency.median, "ms"),
+            "latency.best": Metric.measured(latency.best, "ms"),
+            "latency.p90": Metric.measured(latency.p90, "ms"),
+        }
+        result = Measurement(metrics=metrics, latency=latency)
+        if variant.axis("device") == "cpu" and precision == "float32":
+            result.details["verify"] = f"this variant is the reference ({REFERENCE})"
+            return result
+        from mlbench.verify import compare_outputs  # numpy: kept off the validate path
+
+        actual = [t.detach().float().cpu().numpy() for _, t in flatten_outputs(output)]
+        result.verify = compare_outputs(model.reference, actual, tolerance=self.config.verify.tolerance_for(precision),
+                                        reference_name=REFERENCE)
+        metrics["verify.max_abs"] = Metric.measured(result.verify.max_abs, "abs")
+        metrics["verify.max_rel"] = Metric.measured(result.verify.max_rel, "rel")
+        return result
+
+
+def _require_device(device: str) -> None:
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise VariantSkipped("CUDA is not available on this machine")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise VariantSkipped("MPS is not available on this machine (it needs macOS on Apple silicon)")
+
+
+def _synchronizer(device: str):
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.synchronize
+    if device == "mps":
+        return torch.mps.synchronize
+    return lambda: None

@@ -1,0 +1,145 @@
+"""The `mlbench` command: a thin layer over the Python API.
+
+Exit codes: 0 success, 1 some variant failed, 2 a user error (one line each, never a traceback),
+130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mlbench import __version__
+from mlbench.errors import UserError
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from mlbench.config import load_pipeline
+
+    failed = 0
+    for path in args.files:
+        try:
+            load_pipeline(path)
+        except UserError as exc:
+            failed += 1
+            _err(str(exc))
+        else:
+            if not args.quiet:
+                print(f"{path}: ok")
+    return 2 if failed else 0
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from mlbench.config import load_pipeline
+    from mlbench.matrix import Plan, expand
+
+    pipeline = load_pipeline(args.file)
+    plan = Plan(expand(pipeline.config))
+    table = Table(title=f"{pipeline.config.name}: variants", title_justify="left")
+    for column in ("#", "variant", "artifact", "measurement-only axes"):
+        table.add_column(column)
+    for i, v in enumerate(plan.variants, 1):
+        measured = ", ".join(f"{k}={val}" for k, val in v.axes if k not in v.artifact_axes) or "–"
+        table.add_row(str(i), v.id, v.artifact_id, measured)
+    console = Console()
+    console.print(table)
+    console.print(f"{len(plan.variants)} variants, {len(plan.artifact_groups())} artifacts to build, "
+                  f"{len(plan.by_model())} models")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from mlbench.config import load_pipeline
+    from mlbench.runner import Progress, run
+
+    pipeline = load_pipeline(args.file)
+
+    def on_record(record, done: int, total: int) -> None:
+        if args.quiet:
+            return
+        median = record.metrics.get("latency.median")
+        figure = f"median {median.value:.3f} ms ({median.source})" if median and median.value is not None else ""
+        detail = record.error if record.status != "ok" else figure
+        _err(f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail}".rstrip())
+
+    def on_stage(subject: str, stage: str) -> None:
+        if args.verbose:
+            _err(f"  … {stage} {subject}")
+
+    try:
+        report = run(pipeline, Progress(on_stage=on_stage, on_record=on_record))
+    except KeyboardInterrupt:
+        _err(f"interrupted: finished records are in {pipeline.report_dir / 'journal.jsonl'}, "
+             f"a partial report beside it")
+        return 130
+    counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
+    _err(f"{counts}; reports in {pipeline.report_dir}")
+    return 1 if report.summary.get("failed") else 0
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    from mlbench.config import pipeline_schema
+    from mlbench.report.json_report import report_schema
+
+    schemas = {"pipeline": pipeline_schema(), "report": report_schema()}
+    if args.write is None:
+        print(json.dumps(schemas[args.which], indent=2))
+        return 0
+    out = Path(args.write)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, schema in schemas.items():
+        path = out / f"{name}.schema.json"
+        path.write_text(json.dumps(schema, indent=2) + "\n", encoding="utf-8")
+        print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.")
+    parser.add_argument("--version", action="version", version=f"mlbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("validate", help="check pipeline files (fast; imports no ML framework)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("plan", help="show the variants a pipeline expands to")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("run", help="export, measure and report every variant")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("-q", "--quiet", action="store_true", help="no per-variant lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print each stage")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("schema", help="print or write the JSON schemas")
+    p.add_argument("which", nargs="?", choices=("pipeline", "report"), default="pipeline")
+    p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
+    p.set_defaults(func=cmd_schema)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as exc:
+        _err(str(exc))
+        return exc.exit_code
+    except BrokenPipeError:  # `mlbench schema | head`
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

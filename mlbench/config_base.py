@@ -1,0 +1,88 @@
+"""Building blocks shared by every config model: strict keys with a "did you mean", and matrix axes.
+
+Kept apart from ``config.py`` so each backend's target model can use them without importing the
+whole pipeline config (and without importing torch).
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Annotated, Any, ClassVar, TypeVar
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic_core import PydanticCustomError
+
+T = TypeVar("T")
+
+
+def suggest(word: str, choices: list[str]) -> str:
+    """'; did you mean 'x'?' for the closest choice, or '' when nothing is close."""
+    close = difflib.get_close_matches(word, choices, n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+class StrictModel(BaseModel):
+    """A config model that rejects unknown keys, naming the closest known one.
+
+    pydantic's own ``extra="forbid"`` says only "Extra inputs are not permitted"; reviewers of a
+    pipeline file deserve the key, its place and a suggestion.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            known = list(cls.model_fields)
+            for key in data:
+                if key not in cls.model_fields:
+                    raise PydanticCustomError(
+                        "unknown_key",
+                        "unknown key '{key}'{hint}",
+                        {"key": str(key), "hint": suggest(str(key), known)},
+                    )
+        return data
+
+
+def _as_list(value: Any) -> Any:
+    """A scalar where an axis is expected means a one-value axis: `device: cpu` == `device: [cpu]`."""
+    return value if isinstance(value, list) else [value]
+
+
+def _no_duplicates(values: list[Any]) -> list[Any]:
+    seen: list[Any] = []
+    for value in values:
+        if value in seen:
+            raise PydanticCustomError("duplicate_axis_value", "'{value}' is listed twice", {"value": value})
+        seen.append(value)
+    if not seen:
+        raise PydanticCustomError("empty_axis", "an axis needs at least one value", {})
+    return seen
+
+
+Axis = Annotated[list[T], BeforeValidator(_as_list), AfterValidator(_no_duplicates)]
+"""A matrix axis: a list of values (a scalar is a one-value list), no duplicates, not empty."""
+
+
+class TargetBase(StrictModel):
+    """One backend's entry in `targets:`. Its list fields are matrix axes.
+
+    Each backend declares its axes (in the order they appear in a variant id) and which of them
+    shape the exported artifact; the rest only shape the measurement. Core ML's `compute_units`
+    is chosen at load time, so one export serves all four.
+    """
+
+    backend: str
+    axes: ClassVar[tuple[str, ...]] = ()
+    artifact_axes: ClassVar[tuple[str, ...]] = ()
+
+    def axis_values(self) -> dict[str, list[Any]]:
+        return {name: list(getattr(self, name)) for name in self.axes}
+
+    def fixed_options(self) -> dict[str, Any]:
+        """Non-axis options (the same for every variant of this target), JSON-ready."""
+        data = self.model_dump(mode="json")
+        for name in ("backend", *self.axes):
+            data.pop(name, None)
+        return data

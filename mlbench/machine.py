@@ -1,0 +1,51 @@
+"""A snapshot of the machine a run happened on: results are only comparable on like machines."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from importlib import metadata
+
+PACKAGES = ("mlbench", "torch", "torchvision", "coremltools", "onnx", "onnxruntime", "numpy", "pydantic")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    if platform.system() == "Darwin":
+        try:
+            import subprocess
+
+            return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=5).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or "unknown"
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def snapshot() -> dict[str, object]:
+    """OS, CPU, Python and tool versions (read from package metadata: nothing heavy is imported)."""
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.system(),
+        "os_release": platform.release(),
+        "os_version": platform.mac_ver()[0] or platform.version(),
+        "arch": platform.machine(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in PACKAGES},
+    }

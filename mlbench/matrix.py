@@ -1,0 +1,107 @@
+"""Expand a pipeline's targets into variants: the cross product of each target's axes, then
+`exclude` removes and `include` adds.
+
+A variant knows which of its axes shape the artifact, so a sweep of P precisions × U compute
+units is planned as P exports and P×U measurements.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlbench.config import PipelineConfig
+    from mlbench.config_base import TargetBase
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One cell of the matrix: a model on a backend with one value per axis."""
+
+    model: str
+    backend: str
+    target_index: int
+    axes: tuple[tuple[str, str], ...]  # (axis, value) in the backend's declared order
+    artifact_axes: tuple[str, ...]
+    fixed: str  # canonical JSON of the target's non-axis options: part of what an artifact is
+
+    @property
+    def id(self) -> str:
+        """Stable, readable id: `resnet18/torch/cpu/float32`."""
+        return "/".join([self.model, self.backend, *(value for _, value in self.axes)])
+
+    @property
+    def artifact_id(self) -> str:
+        """Id of the artifact this variant measures: measurement-only axes left out."""
+        values = [value for name, value in self.axes if name in self.artifact_axes]
+        return "/".join([self.model, self.backend, *values])
+
+    def axis(self, name: str) -> str:
+        return dict(self.axes)[name]
+
+    def fields(self) -> dict[str, str]:
+        """Everything `exclude` can match on."""
+        return {"model": self.model, "backend": self.backend, **dict(self.axes)}
+
+
+def _target_variants(model: str, index: int, target: TargetBase) -> list[Variant]:
+    values = target.axis_values()
+    names = list(values)
+    fixed = json.dumps(target.fixed_options(), sort_keys=True)
+    return [
+        Variant(
+            model=model,
+            backend=target.backend,
+            target_index=index,
+            axes=tuple(zip(names, (str(v) for v in combo))),
+            artifact_axes=type(target).artifact_axes,
+            fixed=fixed,
+        )
+        for combo in itertools.product(*(values[n] for n in names))
+    ]
+
+
+def matches(entry: dict[str, Any], variant: Variant) -> bool:
+    """An exclude entry matches when every field it names has the variant's value (a list: any of)."""
+    fields = variant.fields()
+    for key, wanted in entry.items():
+        options = wanted if isinstance(wanted, list) else [wanted]
+        if key not in fields or fields[key] not in [str(o) for o in options]:
+            return False
+    return True
+
+
+def expand(config: PipelineConfig) -> list[Variant]:
+    """All variants in a stable order: models, then targets, then axes as written. No duplicates."""
+    variants: list[Variant] = []
+    for model in config.models:
+        for index, target in enumerate(config.targets):
+            variants.extend(_target_variants(model.name, index, target))
+    variants = [v for v in variants if not any(matches(e, v) for e in config.exclude)]
+    for offset, include in enumerate(config.include):
+        variants.extend(_target_variants(include.model, len(config.targets) + offset, include))
+    unique: dict[str, Variant] = {}
+    for variant in variants:
+        unique.setdefault(variant.id, variant)
+    return list(unique.values())
+
+
+@dataclass(frozen=True)
+class Plan:
+    variants: list[Variant]
+
+    def artifact_groups(self) -> list[list[Variant]]:
+        """Variants grouped by the artifact they share (same id and same fixed options)."""
+        groups: dict[tuple[str, str], list[Variant]] = {}
+        for variant in self.variants:
+            groups.setdefault((variant.artifact_id, variant.fixed), []).append(variant)
+        return list(groups.values())
+
+    def by_model(self) -> dict[str, list[Variant]]:
+        grouped: dict[str, list[Variant]] = {}
+        for variant in self.variants:
+            grouped.setdefault(variant.model, []).append(variant)
+        return grouped

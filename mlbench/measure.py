@@ -1,0 +1,93 @@
+"""The timing loop shared by every backend that runs in this process.
+
+Warmup calls are thrown away (first calls pay for allocation, specialisation, caches); then
+calls are timed one by one until both `repeats` and `min_time_s` are met. The loop body is kept
+bare — one clock read either side of the call — so mlbench adds nothing a hand-written loop
+would not (benchmarks/harness_overhead.py checks this).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+from mlbench.records import Latency
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolated percentile of already sorted values (numpy's default method)."""
+    if not sorted_values:
+        raise ValueError("no values")
+    position = (len(sorted_values) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def summarise(
+    samples_ms: list[float], *, warmup: int, threads: int | None, total_s: float, stopped_by: str
+) -> Latency:
+    ordered = sorted(samples_ms)
+    mean = statistics.fmean(samples_ms)
+    stdev = statistics.stdev(samples_ms) if len(samples_ms) > 1 else 0.0
+    return Latency(
+        samples=samples_ms,
+        warmup=warmup,
+        median=statistics.median(ordered),
+        best=ordered[0],
+        p90=percentile(ordered, 0.9),
+        mean=mean,
+        stdev=stdev,
+        cv=stdev / mean if mean > 0 else 0.0,
+        threads=threads,
+        total_s=total_s,
+        stopped_by=stopped_by,  # type: ignore[arg-type]
+    )
+
+
+def time_calls(
+    call: Callable[[], Any],
+    *,
+    warmup: int,
+    repeats: int,
+    min_time_s: float,
+    max_repeats: int,
+    threads: int | None = None,
+) -> Latency:
+    """Warm up, then time `call` until both `repeats` calls and `min_time_s` seconds are reached.
+
+    `max_repeats` bounds the loop for very fast calls (a 10 µs model would otherwise store 100k
+    samples per second of `min_time_s`).
+    """
+    for _ in range(warmup):
+        call()
+    clock = time.perf_counter_ns
+    samples_ns: list[int] = []
+    append = samples_ns.append
+    min_time_ns = int(min_time_s * 1e9)
+    start = clock()
+    while True:
+        t0 = clock()
+        call()
+        t1 = clock()
+        append(t1 - t0)
+        count = len(samples_ns)
+        if count >= max_repeats:
+            stopped_by = "max_repeats"
+            break
+        if count >= repeats and t1 - start >= min_time_ns:
+            stopped_by = "min_time" if count > repeats else "repeats"
+            break
+    total_s = (clock() - start) / 1e9
+    return summarise([s / 1e6 for s in samples_ns], warmup=warmup, threads=threads, total_s=total_s,
+                     stopped_by=stopped_by)
+
+
+def time_once(call: Callable[[], Any]) -> tuple[float, Any]:
+    """Milliseconds of a single call (a load, a first prediction) and its result."""
+    t0 = time.perf_counter_ns()
+    result = call()
+    return (time.perf_counter_ns() - t0) / 1e6, result

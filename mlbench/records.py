@@ -1,0 +1,152 @@
+"""What a run produces: records of variants with labelled metrics. Pure data, no presentation.
+
+Every figure is a `Metric` that says where it came from: `measured` (a runtime on this machine
+said so) or `estimated` (mlbench's static rules or cost model). A figure that could not be had is
+kept with `value: null` and the reason, never as zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Source = Literal["measured", "estimated"]
+Status = Literal["ok", "failed", "skipped"]
+
+
+class Metric(BaseModel):
+    """One figure with its unit and its origin."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    value: float | None = Field(description="The figure, or null when it could not be had.")
+    unit: str = Field(description="Unit of value: ms, s, bytes, ratio, count, ...")
+    source: Source | None = Field(description="measured or estimated; null when value is null.")
+    reason: str | None = Field(default=None, description="Why value is null.")
+
+    @model_validator(mode="after")
+    def _value_or_reason(self) -> Metric:
+        if self.value is None and (self.source is not None or not self.reason):
+            raise ValueError("an absent metric has no source and must say why")
+        if self.value is not None and self.source is None:
+            raise ValueError("a metric with a value must say whether it was measured or estimated")
+        return self
+
+    @classmethod
+    def measured(cls, value: float, unit: str) -> Metric:
+        return cls(value=value, unit=unit, source="measured")
+
+    @classmethod
+    def estimated(cls, value: float, unit: str) -> Metric:
+        return cls(value=value, unit=unit, source="estimated")
+
+    @classmethod
+    def absent(cls, unit: str, reason: str) -> Metric:
+        return cls(value=None, unit=unit, source=None, reason=reason)
+
+
+class Latency(BaseModel):
+    """Timing of repeated calls: summary statistics beside the raw samples they came from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Source = "measured"
+    unit: Literal["ms"] = "ms"
+    samples: list[float] = Field(description="Every timed call, in call order (warmup excluded).")
+    warmup: int = Field(description="Calls made and thrown away before timing.")
+    median: float
+    best: float
+    p90: float
+    mean: float
+    stdev: float
+    cv: float = Field(description="Coefficient of variation: stdev / mean.")
+    threads: int | None = Field(description="Intra-op threads the runtime used, where known.")
+    total_s: float = Field(description="Wall time of the timed calls.")
+    stopped_by: Literal["repeats", "min_time", "max_repeats"] = Field(
+        description="Which condition ended the loop last (both repeats and min_time_s must be met)."
+    )
+
+
+class OutputError(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    max_abs: float
+    max_rel: float = Field(description="max |backend - reference| / max(max |reference|, 1).")
+    shape: list[int]
+
+
+class Verification(BaseModel):
+    """How far a variant's outputs are from the eager float32 reference, over every output."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Source = "measured"
+    reference: str = Field(description="What the outputs were compared with.")
+    max_abs: float
+    max_rel: float
+    tolerance: float = Field(description="Limit on max_rel for this precision, from the pipeline.")
+    passed: bool
+    outputs: list[OutputError]
+
+
+class ArtifactInfo(BaseModel):
+    """The exported artifact a variant was measured from (absent for eager variants)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(description="Content hash of everything that shapes the artifact.")
+    cache_hit: bool
+    export_seconds: float = Field(description="Time the export took when it was built.")
+    path: str
+    size_bytes: int
+    export_path: str | None = Field(default=None, description="Which exporter made it.")
+
+
+class RunRecord(BaseModel):
+    """One variant's outcome. `failed` and `skipped` records keep their message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    variant_id: str
+    model: str
+    backend: str
+    axes: dict[str, str]
+    artifact_id: str
+    status: Status
+    error: str | None = None
+    metrics: dict[str, Metric] = Field(default_factory=dict)
+    latency: Latency | None = None
+    verify: Verification | None = None
+    artifact: ArtifactInfo | None = None
+    details: dict[str, Any] = Field(
+        default_factory=dict, description="Backend-specific data (program analysis, placement, ...)."
+    )
+    started: str = Field(description="ISO-8601 UTC time the variant started.")
+    seconds: float = Field(description="Wall time spent on this variant.")
+
+
+class PipelineInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    path: str
+    sha256: str = Field(description="sha256 of the pipeline file's bytes.")
+
+
+class RunReport(BaseModel):
+    """A whole run: what ran, where, with which settings, and every record."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: Literal[1] = 1
+    mlbench_version: str
+    run_id: str
+    created: str = Field(description="ISO-8601 UTC start of the run.")
+    finished: str | None = Field(description="ISO-8601 UTC end; null for a partial (interrupted) report.")
+    pipeline: PipelineInfo
+    machine: dict[str, Any]
+    settings: dict[str, Any] = Field(description="Latency and verify settings the run used.")
+    records: list[RunRecord]
+    summary: dict[Status, int] = Field(description="Number of records per status.")

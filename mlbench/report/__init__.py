@@ -1,0 +1,42 @@
+"""Reports: pure functions from a RunReport to JSON and Markdown, plus the one place that writes files."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlbench.config import Pipeline
+    from mlbench.records import RunReport
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write to a temporary file beside `path`, then rename: a reader never sees half a report."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
+    """Write every format the pipeline asks for; returns format → path."""
+    from mlbench.report.json_report import render_json
+    from mlbench.report.markdown import render_markdown
+
+    renderers = {"json": (render_json, "report.json"), "markdown": (render_markdown, "report.md")}
+    written: dict[str, Path] = {}
+    for fmt in pipeline.config.report.formats:
+        render, name = renderers[fmt]
+        path = pipeline.report_dir / name
+        write_atomic(path, render(report))
+        written[fmt] = path
+    return written

@@ -1,0 +1,143 @@
+"""Markdown for a static Core ML program analysis (``ProgramAnalysis``). Pure functions, no I/O."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+if TYPE_CHECKING:  # the report layer only reads the data
+    from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, TensorDescription
+
+__all__ = ["render_program_markdown", "human_bytes", "human_count"]
+
+
+def human_bytes(n: int | None) -> str:
+    """1536 -> '1.5 KiB'; None -> 'n/a'."""
+    if n is None:
+        return "n/a"
+    if n < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024.0
+        if value < 1024 or unit == "TiB":
+            return f"{value:.1f} {unit}"
+    return f"{n} B"  # pragma: no cover
+
+
+def human_count(n: int | None) -> str:
+    """553120 -> '553.1 K'; 1722 -> '1.7 K'; 12 -> '12'; None -> 'n/a'."""
+    if n is None:
+        return "n/a"
+    if abs(n) < 1000:
+        return str(n)
+    value = float(n)
+    for unit in ("K", "M", "G", "T", "P"):
+        value /= 1000.0
+        if abs(value) < 1000 or unit == "P":
+            return f"{value:.1f} {unit}"
+    return str(n)  # pragma: no cover
+
+
+def _cell(text: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _shape(shape: Sequence[int | None] | None) -> str:
+    if shape is None:
+        return "?"
+    if not shape:
+        return "scalar"
+    return "×".join("?" if d is None else str(d) for d in shape)
+
+
+def _io(desc: "TensorDescription") -> str:
+    parts = [f"`{desc.name}`"]
+    if desc.kind == "image":
+        parts.append(f"image {_shape(desc.shape)} {desc.dtype or ''}".rstrip())
+    elif desc.kind in ("tensor", "state"):
+        label = "" if desc.kind == "tensor" else "state "
+        parts.append(f"{label}{desc.dtype or '?'} {_shape(desc.shape)}")
+    else:
+        parts.append(desc.kind)
+    if desc.flexible:
+        parts.append("(flexible)")
+    return " ".join(parts)
+
+
+def _macs_cell(layer: "LayerInfo") -> str:
+    return "" if layer.macs is None else f"{layer.macs:,}"
+
+
+def render_program_markdown(
+    analysis: "ProgramAnalysis", *, title: str | None = None, max_layers: int | None = None
+) -> str:
+    """Summary, op-type counts, notes and a collapsible per-layer table for one model."""
+    a = analysis
+    t = a.totals
+    lines: list[str] = [f"### {title or a.path}", ""]
+
+    kind = f"{a.model_type} (spec {a.spec_version}"
+    if a.min_os:
+        kind += f", {a.min_os}+"
+    if a.opset:
+        kind += f"; opset {a.opset}" + (f" = {a.opset_os}" if a.opset_os else "")
+    kind += ")"
+    weight_ops = ""
+    if a.weight_ops:
+        weight_ops = " + " + ", ".join(f"{n} {k}" for k, n in a.weight_ops.items())
+    if t.macs is None:
+        macs = "n/a"
+    else:
+        macs = f"{t.macs:,} ({human_count(t.macs)}; {human_count(t.flops)} FLOPs)"
+        if not t.macs_complete:
+            macs += " at least"
+
+    rows = [
+        ("Model", kind),
+        ("Precision", a.precision),
+        ("Compute ops", f"{t.compute_ops:,}"),
+        ("Consts", f"{a.const_count:,}{weight_ops}"),
+        ("Parameters", "n/a" if t.params is None else f"{t.params:,} ({human_count(t.params)})"),
+        ("Weights as stored", human_bytes(t.weight_bytes)),
+        ("MACs", macs),
+        ("Package size", human_bytes(a.package_size_bytes)),
+    ]
+    if a.inputs:
+        rows.append(("Inputs", ", ".join(_io(d) for d in a.inputs)))
+    if a.outputs:
+        rows.append(("Outputs", ", ".join(_io(d) for d in a.outputs)))
+    lines += ["| | |", "|---|---|"]
+    lines += [f"| {name} | {_cell(value)} |" for name, value in rows]
+    lines.append("")
+
+    if a.op_counts:
+        lines += ["| Op type | Count |", "|---|---:|"]
+        lines += [f"| {_cell(op)} | {n:,} |" for op, n in sorted(a.op_counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines.append("")
+
+    if a.notes:
+        lines += [f"- {note}" for note in a.notes]
+        lines.append("")
+
+    if a.layers:
+        shown = a.layers if max_layers is None else a.layers[: max(0, max_layers)]
+        lines += [f"<details><summary>Layers ({len(a.layers):,})</summary>", ""]
+        lines += ["| # | Op | Type | Dtype | Output shape | MACs | Weights |", "|---:|---|---|---|---|---:|---|"]
+        for i, layer in enumerate(shown, 1):
+            name = ("↳ " * layer.depth) + layer.name
+            weights = ""
+            if layer.weight_bytes:
+                weights = human_bytes(layer.weight_bytes)
+                if layer.weight_storage:
+                    weights += f" {layer.weight_storage}"
+            lines.append(
+                f"| {i} | {_cell(name)} | {_cell(layer.op_type)} | {layer.output_dtype or ''} | "
+                f"{_shape(layer.output_shape) if layer.output_shape is not None else ''} | "
+                f"{_macs_cell(layer)} | {_cell(weights)} |"
+            )
+        if len(shown) < len(a.layers):
+            lines += ["", f"… {len(a.layers) - len(shown):,} more layers not shown."]
+        lines += ["", "</details>", ""]
+
+    return "\n".join(lines)

@@ -1,0 +1,49 @@
+"""Compare a backend's outputs with the eager float32 reference, over every output.
+
+max_rel divides each output's absolute error by max(its scale, 1) where scale is the largest
+|reference| value: relative for large outputs, absolute for small ones (logits near zero would
+make a plain relative error explode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from mlbench.records import OutputError, Verification
+
+
+class OutputMismatch(Exception):
+    """The backend returned a different number or shape of outputs than the eager model."""
+
+
+def compare_outputs(
+    reference: Sequence[tuple[str, np.ndarray]],
+    actual: Sequence[np.ndarray],
+    *,
+    tolerance: float,
+    reference_name: str,
+) -> Verification:
+    if len(actual) != len(reference):
+        raise OutputMismatch(f"expected {len(reference)} outputs, got {len(actual)}")
+    errors: list[OutputError] = []
+    for (name, ref), got in zip(reference, actual):
+        got = np.asarray(got, dtype=np.float64)
+        ref64 = np.asarray(ref, dtype=np.float64)
+        if got.shape != ref64.shape:
+            if got.size == ref64.size:
+                got = got.reshape(ref64.shape)
+            else:
+                raise OutputMismatch(f"output '{name}' has shape {list(got.shape)}, expected {list(ref64.shape)}")
+        diff = np.abs(got - ref64)
+        max_abs = float(np.nanmax(diff)) if diff.size else 0.0
+        if diff.size and np.isnan(diff).any():
+            max_abs = float("inf")
+        scale = float(np.max(np.abs(ref64))) if ref64.size else 0.0
+        errors.append(OutputError(name=name, max_abs=max_abs, max_rel=max_abs / max(scale, 1.0),
+                                  shape=list(ref64.shape)))
+    max_abs = max((e.max_abs for e in errors), default=0.0)
+    max_rel = max((e.max_rel for e in errors), default=0.0)
+    return Verification(reference=reference_name, max_abs=max_abs, max_rel=max_rel, tolerance=tolerance,
+                        passed=max_rel <= tolerance, outputs=errors)
