@@ -45,12 +45,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     pipeline = load_pipeline(args.file)
     plan = Plan(expand(pipeline.config))
     table = Table(title=f"{pipeline.config.name}: variants", title_justify="left")
-    for column in ("#", "variant", "artifact", "measurement-only axes"):
-        table.add_column(column)
+    headers = ("#", "variant", "artifact", "measurement-only axes")
+    for column in headers:
+        table.add_column(column, no_wrap=True)
+    rows = []
     for i, v in enumerate(plan.variants, 1):
         measured = ", ".join(f"{k}={val}" for k, val in v.axes if k not in v.artifact_axes) or "–"
-        table.add_row(str(i), v.id, v.artifact_id, measured)
-    console = Console()
+        rows.append((str(i), v.id, v.artifact_id, measured))
+        table.add_row(*rows[-1])
+    needed = sum(max(len(row[c]) for row in [headers, *rows]) + 3 for c in range(4)) + 1
+    console = Console(width=max(Console().width, needed))  # ids are never cut, even in a CI log
     console.print(table)
     console.print(f"{len(plan.variants)} variants, {len(plan.artifact_groups())} artifacts to build, "
                   f"{len(plan.by_model())} models")

@@ -220,9 +220,18 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
                 error(("exclude", i, key), f"unknown variant field '{key}'{suggest(str(key), fields)} "
                       f"(fields: {', '.join(fields)})", key=True)
     if not errors:
-        from mlbench.matrix import expand
+        from mlbench.matrix import VariantConflict, expand
 
-        if not expand(config):
+        try:
+            variants = expand(config)
+        except VariantConflict as exc:
+            n = len(config.targets)
+            first, second = (("targets", i) if i < n else ("include", i - n)
+                             for i in (exc.first_index, exc.second_index))
+            error(second, f"gives variant {exc.variant_id} again, with other options than {format_where(first)}; "
+                  "a variant id must name one configuration")
+            return errors
+        if not variants:
             loc: tuple[str | int, ...] = ("exclude",) if config.exclude else ("targets",)
             error(loc, "the matrix is empty: every variant is excluded", key=True)
     return errors

@@ -83,6 +83,6 @@ class TargetBase(StrictModel):
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""
         data = self.model_dump(mode="json")
-        for name in ("backend", *self.axes):
+        for name in ("backend", "model", *self.axes):  # an include entry's `model` is not an option
             data.pop(name, None)
         return data

@@ -85,8 +85,18 @@ def expand(config: PipelineConfig) -> list[Variant]:
         variants.extend(_target_variants(include.model, len(config.targets) + offset, include))
     unique: dict[str, Variant] = {}
     for variant in variants:
-        unique.setdefault(variant.id, variant)
+        first = unique.setdefault(variant.id, variant)
+        if first.fixed != variant.fixed:
+            raise VariantConflict(variant.id, first.target_index, variant.target_index)
     return list(unique.values())
+
+
+class VariantConflict(ValueError):
+    """Two targets give the same variant id with different options: the id would be ambiguous."""
+
+    def __init__(self, variant_id: str, first_index: int, second_index: int) -> None:
+        self.variant_id, self.first_index, self.second_index = variant_id, first_index, second_index
+        super().__init__(f"variant {variant_id} comes from two targets with different options")
 
 
 @dataclass(frozen=True)

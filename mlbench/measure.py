@@ -68,19 +68,18 @@ def time_calls(
     samples_ns: list[int] = []
     append = samples_ns.append
     min_time_ns = int(min_time_s * 1e9)
+    first_phase = min(repeats, max_repeats)
     start = clock()
-    while True:
+    for _ in range(first_phase):  # as bare as a hand-written loop
         t0 = clock()
         call()
-        t1 = clock()
-        append(t1 - t0)
-        count = len(samples_ns)
-        if count >= max_repeats:
-            stopped_by = "max_repeats"
-            break
-        if count >= repeats and t1 - start >= min_time_ns:
-            stopped_by = "min_time" if count > repeats else "repeats"
-            break
+        append(clock() - t0)
+    stopped_by = "max_repeats" if first_phase == max_repeats else "repeats"
+    while len(samples_ns) < max_repeats and clock() - start < min_time_ns:
+        t0 = clock()
+        call()
+        append(clock() - t0)
+        stopped_by = "max_repeats" if len(samples_ns) == max_repeats else "min_time"
     total_s = (clock() - start) / 1e9
     return summarise([s / 1e6 for s in samples_ns], warmup=warmup, threads=threads, total_s=total_s,
                      stopped_by=stopped_by)

@@ -91,7 +91,7 @@ def render_program_markdown(
     else:
         macs = f"{t.macs:,} ({human_count(t.macs)}; {human_count(t.flops)} FLOPs)"
         if not t.macs_complete:
-            macs += " at least"
+            macs = "≥ " + macs + ", some shapes unknown"
 
     rows = [
         ("Model", kind),

@@ -7,6 +7,13 @@ Two export paths are tried in order:
    fails (e.g. a dict output, a failed trace sanity check as in torchvision's ``vit_b_16``), when
    the trace's outputs do not match the module's, or when converting the trace fails.
 
+Tracing runs under ``torch.no_grad()`` (with grad enabled, ``vit_b_16``'s trace fails its sanity
+check; without, its trace converts wrongly, so it ends on torch.export either way).
+
+coremltools' log warnings, Python warnings and tqdm progress bars are captured while exporting
+(``sys.stderr`` is redirected meanwhile, process-wide) and returned, shortened and deduplicated,
+in ``ExportResult.warnings``.
+
 The compute units are not an export option (Core ML picks them when the model is loaded), so they
 do not appear here. Works on Linux: conversion, weight compression and saving need no macOS.
 
@@ -116,7 +123,7 @@ class ExportResult:
     artifact: Path  # the saved .mlpackage
     export_path: str  # "torch.jit.trace" or "torch.export"
     deployment_target: str  # the one used, e.g. "iOS16"
-    seconds: float  # wall time of the whole export (trace/export, convert, compress, save)
+    seconds: float  # wall time of trace/export + convert (both paths if it fell back) + compress + save
     fallback_reason: str | None  # short reason the first path failed, if it did
     warnings: list[str] = field(default_factory=list)
 
@@ -350,8 +357,6 @@ def _clean_warnings(messages: list[str]) -> list[str]:
     out: list[str] = []
     for message in messages:
         message = message.strip()
-        if any(p.search(message) for p in _DROP_PATTERNS):
-            continue
         if message.startswith("UserWarning: "):
             message = message[len("UserWarning: "):]
         if any(p.search(message) for p in _DROP_PATTERNS):
@@ -559,7 +564,6 @@ def export_coreml(
     Raises InvalidExportOptions (a ValueError) for bad options, before any work is done, and
     ExportError with a one-line message when neither export path produces a model.
     """
-    started = time.perf_counter()
     target_name = check_deployment_target(deployment_target, precision, optimization)
     example_inputs = list(example_inputs)
     input_names = list(input_names)
@@ -575,7 +579,8 @@ def export_coreml(
     if len(set(input_names)) != len(input_names):
         raise InvalidExportOptions(f"input names must be distinct: {', '.join(input_names)}")
 
-    ct = _coremltools()
+    ct = _coremltools()  # once per process; not part of the export's time
+    started = time.perf_counter()
     target = getattr(ct.target, target_name, None)
     if target is None:  # an older coremltools without e.g. iOS26
         raise InvalidExportOptions(

@@ -1,0 +1,122 @@
+"""Does mlbench's timing add anything? And is `mlbench validate` fast?
+
+Prints, in one run:
+  1. mlbench's eager median ÷ a bare timing loop's median on the same model (target ≤ 1.01),
+     measured in alternating rounds so that machine drift hits both sides alike, and the cost of
+     the timing loop itself on a no-op call (what the harness could add, free of model noise);
+  2. the wall time of `mlbench validate pipelines/*.yaml` in a fresh process (target < 0.3 s).
+
+Usage: python benchmarks/harness_overhead.py [--model mobilenet_v3_small] [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def bare_loop(call, warmup: int, repeats: int) -> float:
+    for _ in range(warmup):
+        call()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter_ns()
+        call()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e6
+
+
+def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tuple[float, float, float]:
+    import torch
+    import torchvision
+
+    from mlbench.backends.torch_eager import TorchBackend, TorchTarget
+    from mlbench.config import PipelineConfig
+    from mlbench.matrix import expand
+    from mlbench.models import load_model
+
+    config = PipelineConfig.model_validate({
+        "version": 1, "name": "overhead",
+        "models": [{"name": model_name, "source": f"torchvision:{model_name}", "kwargs": {"weights": None},
+                    "inputs": [{"name": "image", "shape": [1, 3, 224, 224]}]}],
+        "targets": [{"backend": "torch"}],
+        "latency": {"warmup": warmup, "repeats": repeats, "min_time_s": 0.0},
+    })
+    assert torchvision  # imported for the model registry
+    loaded = load_model(config.models[0], seed=0, base_dir=ROOT)
+    variant = expand(config)[0]
+    backend = TorchBackend(config.targets[0], config)
+    exported = backend.export(loaded, variant)
+    mine, bare = [], []
+    def run_mine() -> None:
+        mine.append(backend.measure(loaded, exported, variant).latency.median)
+
+    def run_bare() -> None:
+        with torch.inference_mode():
+            bare.append(bare_loop(lambda: loaded.module(*loaded.example_inputs), warmup, repeats))
+
+    for i in range(rounds):  # alternate which side goes first, so neither always runs warm
+        for side in ((run_mine, run_bare) if i % 2 == 0 else (run_bare, run_mine)):
+            side()
+    m, b = statistics.median(mine), statistics.median(bare)
+    return m, b, statistics.median(x / y for x, y in zip(mine, bare))
+
+
+def per_call_overhead_ns(calls: int = 200_000) -> tuple[float, float]:
+    """Median ns per timed no-op call: mlbench's loop and the bare loop. The difference is all
+    the harness can add to a model's figure, free of the model's own noise."""
+    from mlbench.measure import time_calls
+
+    def noop() -> None:
+        return None
+
+    harness = time_calls(noop, warmup=100, repeats=calls, min_time_s=0.0, max_repeats=calls).median * 1e6
+    samples = []
+    for _ in range(calls):
+        t0 = time.perf_counter_ns()
+        noop()
+        samples.append(time.perf_counter_ns() - t0)
+    return harness, statistics.median(samples)
+
+
+def validate_seconds(tries: int = 5) -> float:
+    files = sorted(str(p) for p in (ROOT / "pipelines").glob("*.yaml"))
+    exe = Path(sys.executable).with_name("mlbench")
+    command = [str(exe)] if exe.exists() else [sys.executable, "-m", "mlbench.cli"]
+    best = float("inf")
+    for _ in range(tries):
+        t0 = time.perf_counter()
+        subprocess.run([*command, "validate", "-q", *files], check=True)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="mobilenet_v3_small")
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    mine, bare, ratio = harness_ratio(args.model, args.rounds, args.warmup, args.repeats)
+    print(f"eager median, mlbench harness : {mine:8.3f} ms  ({args.model}, median of {args.rounds} rounds)")
+    print(f"eager median, bare loop       : {bare:8.3f} ms")
+    print(f"ratio mlbench / bare          : {ratio:8.4f}   (median of per-round ratios; target <= 1.01) "
+          f"{'PASS' if ratio <= 1.01 else 'OVER'}")
+    harness_ns, bare_ns = per_call_overhead_ns()
+    print(f"no-op call, mlbench / bare    : {harness_ns:6.0f} ns / {bare_ns:.0f} ns  "
+          f"(= {(harness_ns - bare_ns) / (bare * 1e6) * 100:+.4f}% of the model's median)")
+    seconds = validate_seconds()
+    n = len(list((ROOT / "pipelines").glob("*.yaml")))
+    print(f"mlbench validate ({n} files)   : {seconds:8.3f} s   (target < 0.3 s, best of 5) "
+          f"{'PASS' if seconds < 0.3 else 'OVER'}")
+
+
+if __name__ == "__main__":
+    main()

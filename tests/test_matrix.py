@@ -1,0 +1,67 @@
+"""Matrix expansion: stable ids, exclude/include, and which axes shape the artifact."""
+
+from __future__ import annotations
+
+from mlbench.config import PipelineConfig
+import pytest
+
+from mlbench.matrix import Plan, VariantConflict, expand
+
+
+def config(**overrides) -> PipelineConfig:
+    data = {
+        "version": 1,
+        "name": "m",
+        "models": [
+            {"name": "a", "source": "torchvision:resnet18", "inputs": [{"name": "x", "shape": [1, 3, 8, 8]}]},
+            {"name": "b", "source": "pkg.mod:make", "inputs": [{"name": "x", "shape": [1, 4]}]},
+        ],
+        "targets": [{"backend": "torch", "device": ["cpu", "cuda"], "precision": ["float32", "float16"]}],
+    }
+    data.update(overrides)
+    return PipelineConfig.model_validate(data)
+
+
+def test_ids_are_readable_and_ordered():
+    ids = [v.id for v in expand(config())]
+    assert ids == [
+        "a/torch/cpu/float32", "a/torch/cpu/float16", "a/torch/cuda/float32", "a/torch/cuda/float16",
+        "b/torch/cpu/float32", "b/torch/cpu/float16", "b/torch/cuda/float32", "b/torch/cuda/float16",
+    ]
+
+
+def test_measurement_only_axes_share_an_artifact():
+    plan = Plan(expand(config()))
+    groups = plan.artifact_groups()
+    assert len(plan.variants) == 8 and len(groups) == 4
+    assert [v.id for v in groups[0]] == ["a/torch/cpu/float32", "a/torch/cuda/float32"]
+    assert groups[0][0].artifact_id == "a/torch/float32"
+
+
+def test_exclude_matches_all_named_fields_and_lists_mean_any():
+    variants = expand(config(exclude=[{"model": "a", "device": "cuda"}, {"precision": ["float16"], "model": ["b"]}]))
+    assert [v.id for v in variants] == [
+        "a/torch/cpu/float32", "a/torch/cpu/float16", "b/torch/cpu/float32", "b/torch/cuda/float32",
+    ]
+
+
+def test_include_adds_variants_without_duplicates():
+    cfg = config(
+        exclude=[{"device": "cuda"}],
+        include=[
+            {"model": "b", "backend": "torch", "device": "cuda", "precision": "bfloat16"},
+            {"model": "a", "backend": "torch", "device": "cpu", "precision": "float32"},  # already there
+        ],
+    )
+    ids = [v.id for v in expand(cfg)]
+    assert ids[-1] == "b/torch/cuda/bfloat16"
+    assert ids.count("a/torch/cpu/float32") == 1
+    assert len(ids) == 5
+
+
+def test_same_id_with_other_options_is_a_conflict():
+    cfg = config(targets=[{"backend": "torch", "precision": "float32"},
+                          {"backend": "torch", "precision": ["float32", "float16"], "threads": 1}])
+    with pytest.raises(VariantConflict) as info:
+        expand(cfg)
+    assert (info.value.variant_id, info.value.first_index, info.value.second_index) == ("a/torch/cpu/float32", 0, 1)

@@ -1,0 +1,79 @@
+"""A real run on small models: records, failures that don't stop the sweep, reports, journal."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+
+from mlbench.cli import main
+from mlbench.config import load_pipeline
+from mlbench.report.json_report import report_schema
+from mlbench.runner import run
+from tests.conftest import ROOT
+
+pytest.importorskip("torch")
+
+
+def test_run_writes_valid_reports_and_keeps_going(write_pipeline, tiny_pipeline_text, tmp_path, capsys):
+    broken_models = """\
+  - name: missing_module
+    source: no_such_package.models:Net
+    inputs: [{{name: x, shape: [1, 3]}}]
+  - name: wrong_shape
+    source: {root}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 5, 32, 32]}}]
+targets:""".format(root=ROOT)
+    text = tiny_pipeline_text.replace("targets:", broken_models, 1).replace(
+        "precision: [float32]", "precision: [float32, bfloat16]")
+    path = write_pipeline(text)
+
+    assert main(["run", str(path)]) == 1  # some variants failed
+    err = capsys.readouterr().err
+    assert "[1/6] tiny_cnn/torch/cpu/float32  ok  median" in err
+    assert "6 variants" not in err and "2 ok, 4 failed; reports in" in err
+
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    jsonschema.validate(data, report_schema())
+    records = {r["variant_id"]: r for r in data["records"]}
+    ok = records["tiny_cnn/torch/cpu/float32"]
+    assert ok["status"] == "ok"
+    assert ok["latency"]["warmup"] == 1 and len(ok["latency"]["samples"]) >= 3
+    assert ok["metrics"]["latency.median"]["source"] == "measured"
+    assert ok["details"]["verify"].startswith("this variant is the reference")
+    bf16 = records["tiny_cnn/torch/cpu/bfloat16"]
+    assert bf16["verify"]["reference"] == "torch/cpu/float32" and bf16["verify"]["passed"]
+    assert 0 < bf16["verify"]["max_rel"] < 5e-2
+    assert records["missing_module/torch/cpu/float32"]["error"] == (
+        "model: cannot import 'no_such_package.models': ModuleNotFoundError: No module named 'no_such_package'"
+    )
+    assert records["wrong_shape/torch/cpu/bfloat16"]["error"].startswith(
+        "model: model does not run on its inputs (image[1, 5, 32, 32]): RuntimeError: ")
+    assert data["summary"] == {"ok": 2, "failed": 4, "skipped": 0}
+    assert data["machine"]["packages"]["torch"]
+
+    journal = (tmp_path / "out" / "journal.jsonl").read_text().splitlines()
+    assert [json.loads(line)["variant_id"] for line in journal] == [r["variant_id"] for r in data["records"]]
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "### tiny_cnn" in markdown and "| `torch/cpu/float32` | ok |" in markdown
+
+
+def test_same_seed_same_weights_and_outputs(write_pipeline, tiny_pipeline_text):
+    from mlbench.models import load_model
+
+    spec = load_pipeline(write_pipeline(tiny_pipeline_text)).config.models[0]
+    first, second = (load_model(spec, seed=0, base_dir=ROOT) for _ in range(2))
+    other = load_model(spec, seed=1, base_dir=ROOT)
+    assert first.digest == second.digest != other.digest
+    assert (first.reference[0][1] == second.reference[0][1]).all()
+
+
+def test_unavailable_device_is_skipped_not_failed(write_pipeline, tiny_pipeline_text):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    text = tiny_pipeline_text.replace("device: [cpu]", "device: [cuda]")
+    report = run(load_pipeline(write_pipeline(text)))
+    assert [(r.status, r.error) for r in report.records] == [("skipped", "CUDA is not available on this machine")]

@@ -1,0 +1,36 @@
+"""Verification: every output, absolute and relative to max(scale, 1)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlbench.verify import OutputMismatch, compare_outputs
+
+
+def test_relative_error_uses_scale_floor_of_one():
+    reference = [("big", np.array([100.0, -200.0])), ("small", np.array([0.001, 0.002]))]
+    actual = [np.array([101.0, -200.0]), np.array([0.011, 0.002])]
+    result = compare_outputs(reference, actual, tolerance=1e-2, reference_name="ref")
+    big, small = result.outputs
+    assert big.max_abs == pytest.approx(1.0) and big.max_rel == pytest.approx(1.0 / 200)
+    assert small.max_abs == pytest.approx(0.01) and small.max_rel == pytest.approx(0.01)
+    assert result.max_rel == pytest.approx(0.01) and result.max_abs == pytest.approx(1.0)
+    assert result.passed
+
+
+def test_over_tolerance_fails():
+    result = compare_outputs([("y", np.zeros(3))], [np.array([0, 0.5, 0])], tolerance=0.1, reference_name="ref")
+    assert not result.passed and result.max_rel == 0.5
+
+
+def test_nan_is_an_infinite_error():
+    result = compare_outputs([("y", np.ones(2))], [np.array([1.0, np.nan])], tolerance=1.0, reference_name="ref")
+    assert result.max_abs == float("inf") and not result.passed
+
+
+def test_mismatched_outputs():
+    with pytest.raises(OutputMismatch, match="expected 1 outputs, got 2"):
+        compare_outputs([("y", np.ones(2))], [np.ones(2), np.ones(2)], tolerance=1, reference_name="r")
+    with pytest.raises(OutputMismatch, match=r"output 'y' has shape \[3\], expected \[2\]"):
+        compare_outputs([("y", np.ones(2))], [np.ones(3)], tolerance=1, reference_name="r")
