@@ -14,11 +14,13 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, ValidationError, create_model, field_validator
 
 from mlbench.backends import TARGET_MODELS
+from mlbench.backends.coreml.target import NO_OPTIMIZATION, Recipe
 from mlbench.config_base import StrictModel, TargetBase, suggest
 from mlbench.errors import UserError
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 SOURCE_PATTERN = re.compile(r"^(?:torchvision:[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*|[^:]+\.py:[A-Za-z_][\w.]*)$")
+DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 InputDtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "bool"]
 
 
@@ -55,20 +57,30 @@ class LatencySettings(StrictModel):
 
 class VerifySettings(StrictModel):
     tolerance: dict[str, Annotated[float, Field(ge=0)]] = Field(
-        default_factory=lambda: {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2},
-        description="Largest allowed max_rel error versus eager float32, per precision.",
+        default_factory=lambda: dict(DEFAULT_TOLERANCE),
+        description="Largest allowed max_rel error versus eager float32, per precision; an optimization "
+        "recipe's name (e.g. palettize4) may have its own entry, which wins over the precision's.",
     )
 
-    def tolerance_for(self, precision: str) -> float:
-        """The pipeline's tolerance for a precision; a quantized or palettized one falls back to float16's."""
-        defaults = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-        return self.tolerance.get(precision, defaults.get(precision, self.tolerance.get("float16", 1e-2)))
+    def tolerance_for(self, precision: str, optimization: str | None = None) -> float:
+        """The recipe's tolerance if given, else the precision's (the pipeline's, else mlbench's default)."""
+        if optimization is not None and optimization in self.tolerance:
+            return self.tolerance[optimization]
+        return self.tolerance.get(precision, DEFAULT_TOLERANCE.get(precision, DEFAULT_TOLERANCE["float16"]))
 
 
 class ReportSettings(StrictModel):
     dir: Path | None = Field(default=None, description="Where reports go (relative to this file); default reports/NAME.")
     formats: list[Literal["json", "markdown"]] = Field(
         default=["json", "markdown"], min_length=1, description="Report formats to write."
+    )
+
+
+class CacheSettings(StrictModel):
+    dir: Path | None = Field(
+        default=None,
+        description="Artifact cache folder (relative to this file). Default: $MLBENCH_CACHE_DIR, else the "
+        "platform's user cache dir (XDG on Linux).",
     )
 
 
@@ -101,10 +113,22 @@ class PipelineConfig(StrictModel):
         description="Variants to drop: each entry matches variant fields (model, backend, axis values); a list means any of.",
     )
     include: list[IncludeUnion] = Field(default_factory=list, description="Extra variants, each a target for one model.")
+    optimizations: dict[str, Recipe] = Field(
+        default_factory=dict, description="Named weight-compression recipes, referred to by targets' `optimize`."
+    )
     latency: LatencySettings = Field(default_factory=LatencySettings)
     verify: VerifySettings = Field(default_factory=VerifySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
+    cache: CacheSettings = Field(default_factory=CacheSettings)
     seed: int = Field(default=0, description="Seed for model weights and inputs: the same file gives the same numbers.")
+
+    @field_validator("optimizations")
+    @classmethod
+    def _recipe_names(cls, recipes: dict[str, Any]) -> dict[str, Any]:
+        for name in recipes:
+            if name == NO_OPTIMIZATION or not re.match(SAFE_NAME, name):
+                raise ValueError(f"'{name}' cannot name a recipe: use letters, digits, - _ . and not 'none'")
+        return recipes
 
     @field_validator("models")
     @classmethod
@@ -208,6 +232,10 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
         line, col = loaded.locate(loc, key=key) or (None, None)
         errors.append(UserError(what, file=loaded.path, line=line, col=col, where=format_where(loc)))
 
+    for section, targets in (("targets", config.targets), ("include", config.include)):
+        for i, target in enumerate(targets):
+            for loc, what in target.check(config):
+                error((section, i, *loc), what)
     for i, include in enumerate(config.include):
         if include.model not in model_names:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
@@ -248,6 +276,16 @@ class Pipeline:
     @property
     def base_dir(self) -> Path:
         return self.path.parent
+
+    @property
+    def cache_dir(self) -> Path:
+        """The pipeline's cache dir, else $MLBENCH_CACHE_DIR, else the platform's user cache dir."""
+        from mlbench.cache import default_cache_dir
+
+        configured = self.config.cache.dir
+        if configured is None:
+            return default_cache_dir()
+        return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
 
     @property
     def report_dir(self) -> Path:

@@ -80,6 +80,10 @@ class TargetBase(StrictModel):
     def axis_values(self) -> dict[str, list[Any]]:
         return {name: list(getattr(self, name)) for name in self.axes}
 
+    def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        """Checks that need the whole pipeline: (place within this target, message) pairs."""
+        return []
+
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""
         data = self.model_dump(mode="json")

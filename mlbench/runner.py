@@ -18,6 +18,7 @@ from pathlib import Path
 from mlbench import __version__
 from mlbench.backends import backend_class
 from mlbench.backends.base import Backend, VariantSkipped
+from mlbench.cache import ArtifactCache
 from mlbench.config import Pipeline
 from mlbench.errors import short_error
 from mlbench.machine import snapshot
@@ -66,12 +67,13 @@ class Runner:
         self.plan = Plan(expand(self.config))
         self.state = RunState(pipeline, self.plan, run_id=uuid.uuid4().hex[:12], created=utc_now())
         self._backends: dict[int, Backend] = {}
+        self.cache = ArtifactCache(pipeline.cache_dir)
 
     def _backend(self, variant: Variant) -> Backend:
         if variant.target_index not in self._backends:
             targets = [*self.config.targets, *self.config.include]
             target = targets[variant.target_index]
-            self._backends[variant.target_index] = backend_class(target.backend)(target, self.config)
+            self._backends[variant.target_index] = backend_class(target.backend)(target, self.config, self.cache)
         return self._backends[variant.target_index]
 
     def _finish(self, record: RunRecord) -> None:

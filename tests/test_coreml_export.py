@@ -18,7 +18,7 @@ from mlbench.backends.coreml.export import (  # noqa: E402
     ExportError,
     InvalidExportOptions,
     _convert_exported,
-    _coremltools,
+    import_coremltools,
     check_deployment_target,
     export_coreml,
     minimum_deployment_target,
@@ -211,7 +211,7 @@ def test_random_model_keeps_the_trace(tmp_path):
 
 
 def test_torch_export_branch_directly():
-    ct_mod = _coremltools()
+    ct_mod = import_coremltools()
     sink: list[str] = []
     mlmodel = _convert_exported(
         ct_mod,

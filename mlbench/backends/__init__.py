@@ -10,16 +10,18 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from mlbench.backends.coreml.target import CoremlTarget
 from mlbench.backends.torch_eager import TorchTarget
 
 if TYPE_CHECKING:
     from mlbench.backends.base import Backend
 
-TARGET_MODELS = (TorchTarget,)
+TARGET_MODELS = (TorchTarget, CoremlTarget)
 """Every target model, in the order the schema lists them."""
 
 _BACKEND_CLASSES = {
     "torch": "mlbench.backends.torch_eager:TorchBackend",
+    "coreml": "mlbench.backends.coreml.backend:CoremlBackend",
 }
 
 

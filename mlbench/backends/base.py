@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mlbench.records import ArtifactInfo, Latency, Metric, Verification
 
 if TYPE_CHECKING:
+    from mlbench.cache import ArtifactCache
     from mlbench.config import PipelineConfig
     from mlbench.config_base import TargetBase
     from mlbench.matrix import Variant
@@ -44,9 +45,10 @@ class Backend:
 
     name: ClassVar[str]
 
-    def __init__(self, target: TargetBase, config: PipelineConfig) -> None:
+    def __init__(self, target: TargetBase, config: PipelineConfig, cache: ArtifactCache) -> None:
         self.target = target
         self.config = config
+        self.cache = cache
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         """Build (or fetch from the cache) what the variant's artifact axes describe."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mlbench.records import Metric, RunRecord, RunReport
+from mlbench.report.program import human_bytes, render_program_markdown
 
 BASELINE = {"backend": "torch", "device": "cpu", "precision": "float32"}
 STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}
@@ -48,7 +49,38 @@ def _verify(record: RunRecord) -> str:
 
 
 def _note(record: RunRecord) -> str:
-    return (record.error or "").replace("|", "\\|").replace("\n", " ")
+    text = record.error or ""
+    median = record.metrics.get("latency.median")
+    if not text and median is not None and median.value is None:
+        text = f"not timed: {median.reason}"
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _artifact(record: RunRecord) -> tuple[str, str]:
+    """(size, export) cells: the package size and whether the export came from the cache."""
+    info = record.artifact
+    if info is None:
+        return "–", "–"
+    return human_bytes(info.size_bytes), "cached" if info.cache_hit else f"{info.export_seconds:.1f} s"
+
+
+def render_programs(records: list[RunRecord]) -> list[str]:
+    """One static-analysis section per distinct artifact (several variants can share one)."""
+    from mlbench.backends.coreml.analysis import ProgramAnalysis
+
+    lines: list[str] = []
+    seen: set[str] = set()
+    for record in records:
+        program = record.details.get("program")
+        if program is None or record.artifact is None or record.artifact.key in seen:
+            continue
+        seen.add(record.artifact.key)
+        title = f"Program of `{record.artifact_id}` (artifact `{record.artifact.key[:12]}`)"
+        lines.append(render_program_markdown(ProgramAnalysis.model_validate(program), title=title, level=4))
+    if lines:
+        lines.insert(0, "Counts and sizes below are read from the saved package (measured); "
+                        "MACs are estimated from operation shapes.\n")
+    return lines
 
 
 def render_model_table(model: str, records: list[RunRecord]) -> list[str]:
@@ -56,20 +88,21 @@ def render_model_table(model: str, records: list[RunRecord]) -> list[str]:
     lines = [
         f"### {model}",
         "",
-        "| Variant | Status | Median ms | Best ms | p90 ms | vs eager | Verify max_rel | Note |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| Variant | Status | Median ms | Best ms | p90 ms | vs eager | Verify max_rel | Size | Export | Note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in records:
         variant = "/".join([r.backend, *r.axes.values()])
+        size, export = _artifact(r)
         lines.append(
             f"| `{variant}` | {STATUS_MARK[r.status]} | {fmt_metric(r.metrics.get('latency.median'))} "
             f"| {fmt_metric(r.metrics.get('latency.best'))} | {fmt_metric(r.metrics.get('latency.p90'))} "
-            f"| {_speedup(r, baseline)} | {_verify(r)} | {_note(r)} |"
+            f"| {_speedup(r, baseline)} | {_verify(r)} | {size} | {export} | {_note(r)} |"
         )
     baseline_text = "/".join(BASELINE.values())
     lines += ["", f"_vs eager_: {baseline_text} median ÷ this median (higher is faster)."
               if baseline else f"_vs eager_: no {baseline_text} baseline ran for this model.", ""]
-    return lines
+    return lines + render_programs(records)
 
 
 def render_markdown(report: RunReport) -> str:

@@ -70,12 +70,12 @@ def _macs_cell(layer: "LayerInfo") -> str:
 
 
 def render_program_markdown(
-    analysis: "ProgramAnalysis", *, title: str | None = None, max_layers: int | None = None
+    analysis: "ProgramAnalysis", *, title: str | None = None, max_layers: int | None = None, level: int = 3
 ) -> str:
     """Summary, op-type counts, notes and a collapsible per-layer table for one model."""
     a = analysis
     t = a.totals
-    lines: list[str] = [f"### {title or a.path}", ""]
+    lines: list[str] = [f"{'#' * level} {title or a.path}", ""]
 
     kind = f"{a.model_type} (spec {a.spec_version}"
     if a.min_os:
@@ -100,7 +100,7 @@ def render_program_markdown(
         ("Consts", f"{a.const_count:,}{weight_ops}"),
         ("Parameters", "n/a" if t.params is None else f"{t.params:,} ({human_count(t.params)})"),
         ("Weights as stored", human_bytes(t.weight_bytes)),
-        ("MACs", macs),
+        ("MACs (estimated)", macs),
         ("Package size", human_bytes(a.package_size_bytes)),
     ]
     if a.inputs:

@@ -230,6 +230,9 @@ def _load_spec(path: Path) -> tuple[Any, Path, Path | None]:
         spec_file = path
         package_root = None
 
+    from mlbench.backends.coreml.export import import_coremltools
+
+    import_coremltools()  # quietly: coremltools prints import-time notices on Linux
     from coremltools.proto import Model_pb2  # deferred: importing coremltools is slow
 
     spec = Model_pb2.Model()

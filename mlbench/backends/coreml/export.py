@@ -59,6 +59,7 @@ __all__ = [
     "PACKAGE_NAME",
     "check_deployment_target",
     "export_coreml",
+    "import_coremltools",
     "minimum_deployment_target",
     "shorten_coremltools_message",
     "valid_deployment_targets",
@@ -389,7 +390,7 @@ def _version_warning(ct: Any) -> list[str]:
     return []
 
 
-def _coremltools() -> Any:
+def import_coremltools() -> Any:
     """Import coremltools once, keeping its import-time log lines out of the user's terminal."""
     global _ct_module
     if _ct_module is None:
@@ -579,7 +580,7 @@ def export_coreml(
     if len(set(input_names)) != len(input_names):
         raise InvalidExportOptions(f"input names must be distinct: {', '.join(input_names)}")
 
-    ct = _coremltools()  # once per process; not part of the export's time
+    ct = import_coremltools()  # once per process; not part of the export's time
     started = time.perf_counter()
     target = getattr(ct.target, target_name, None)
     if target is None:  # an older coremltools without e.g. iOS26

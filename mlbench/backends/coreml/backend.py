@@ -1,0 +1,120 @@
+"""The Core ML backend: cached export, static analysis everywhere, measurement on macOS only.
+
+On Linux (or any non-macOS machine) a variant still exports, is analysed, and reports its
+static figures; its latency and verification are absent with the reason, never zero.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from mlbench import __version__
+from mlbench.backends.base import Backend, Exported, Measurement
+from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
+from mlbench.records import ArtifactInfo, Metric
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mlbench.backends.coreml.analysis import ProgramAnalysis
+    from mlbench.matrix import Variant
+    from mlbench.models import LoadedModel
+
+NOT_MACOS = "Core ML runs only on macOS; this machine runs {system}"
+
+
+@dataclass
+class CoremlArtifact:
+    package: Path
+    analysis: ProgramAnalysis
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None, deployment_target: str) -> dict:
+    """Everything that shapes a Core ML package. compute_units is absent: it is chosen at load time."""
+    return {
+        "backend": "coreml",
+        "format": "mlprogram",
+        "model_digest": model.digest,
+        "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
+        "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
+        "versions": {"coremltools": _version("coremltools"), "torch": _version("torch"), "mlbench": __version__},
+    }
+
+
+def static_metrics(analysis: ProgramAnalysis) -> dict[str, Metric]:
+    """Figures read from the saved package: sizes and counts are exact (measured on this machine's
+    copy); MACs/FLOPs come from mlbench's per-op formulas (estimated)."""
+    totals = analysis.totals
+    metrics = {
+        "size.package": Metric.measured(analysis.package_size_bytes, "bytes"),
+        "ops.compute": Metric.measured(totals.compute_ops, "count"),
+    }
+    for name, value, unit in (("size.weights", totals.weight_bytes, "bytes"), ("params", totals.params, "count")):
+        metrics[name] = (Metric.measured(value, unit) if value is not None
+                         else Metric.absent(unit, "not analysed for this model type"))
+    if totals.macs is not None and totals.macs_complete:
+        metrics["macs"] = Metric.estimated(totals.macs, "count")
+    else:
+        metrics["macs"] = Metric.absent("count", "some operations have unknown shapes")
+    return metrics
+
+
+class CoremlBackend(Backend):
+    name = "coreml"
+    target: CoremlTarget
+
+    def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        from mlbench.backends.coreml.analysis import analyse_package
+        from mlbench.backends.coreml.export import check_deployment_target, export_coreml
+        from mlbench.cache import BuildResult
+        from mlbench.hashing import artifact_key
+
+        precision = variant.axis("precision")
+        recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
+        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
+        key_inputs = artifact_key_inputs(model, precision, recipe, deployment_target)
+
+        def build(tmp: Path) -> BuildResult:
+            result = export_coreml(model.module, model.example_inputs, model.input_names, precision=precision,
+                                   optimization=recipe, deployment_target=deployment_target, dest=tmp)
+            return BuildResult(result.artifact.name, {
+                "export_path": result.export_path, "fallback_reason": result.fallback_reason,
+                "deployment_target": result.deployment_target, "export_seconds": result.seconds,
+                "warnings": result.warnings,
+            })
+
+        entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)
+        analysis = analyse_package(entry.artifact_path)
+        meta = entry.meta
+        info = ArtifactInfo(key=entry.key, cache_hit=hit, export_seconds=meta.get("export_seconds", 0.0),
+                            path=str(entry.artifact_path), size_bytes=entry.size_bytes,
+                            export_path=meta.get("export_path"))
+        details: dict[str, Any] = {
+            "program": analysis.model_dump(mode="json"),
+            "export": {k: meta.get(k) for k in ("deployment_target", "fallback_reason", "warnings")},
+        }
+        return Exported(payload=CoremlArtifact(entry.artifact_path, analysis), info=info, details=details)
+
+    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        artifact: CoremlArtifact = exported.payload
+        metrics = static_metrics(artifact.analysis)
+        if sys.platform != "darwin":
+            reason = NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
+            for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
+                               ("latency.best", "ms"), ("latency.p90", "ms"), ("verify.max_abs", "abs"),
+                               ("verify.max_rel", "rel")):
+                metrics[name] = Metric.absent(unit, reason)
+            return Measurement(metrics=metrics)
+        from mlbench.backends.coreml.runtime import measure_package
+
+        return measure_package(artifact, model, variant, self.config, metrics)

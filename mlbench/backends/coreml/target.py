@@ -1,0 +1,111 @@
+"""The `coreml` target and the named optimization recipes it refers to (pydantic only, no coremltools).
+
+```yaml
+targets:
+  - backend: coreml
+    precision: [float32, float16]
+    compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
+    optimize: [none, palettize4]
+    deployment_target: macOS14      # default: the lowest the options need
+optimizations:
+  palettize4: {kind: palettize, nbits: 4, mode: kmeans}
+```
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import Field, model_validator
+
+from mlbench.backends.coreml.export import InvalidExportOptions, check_deployment_target, valid_deployment_targets
+from mlbench.config_base import Axis, StrictModel, TargetBase, suggest
+
+ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
+NO_OPTIMIZATION = "none"
+
+
+class PalettizeRecipe(StrictModel):
+    """Weight palettization: each weight becomes indices into a look-up table of 2^nbits values."""
+
+    kind: Literal["palettize"]
+    nbits: Literal[1, 2, 3, 4, 6, 8] = Field(description="Bits per index (3 needs iOS18).")
+    mode: Literal["kmeans", "uniform"] = Field(default="kmeans", description="How the table is chosen.")
+    granularity: Literal["per_tensor", "per_grouped_channel"] = Field(
+        default="per_tensor", description="One table per tensor, or per group of channels (iOS18)."
+    )
+    group_size: int | None = Field(default=None, ge=1, description="Channels per table with per_grouped_channel.")
+
+    @model_validator(mode="after")
+    def _group_size_with_groups(self) -> PalettizeRecipe:
+        if self.granularity == "per_grouped_channel" and self.group_size is None:
+            raise ValueError("per_grouped_channel needs group_size")
+        if self.granularity == "per_tensor" and self.group_size is not None:
+            raise ValueError("group_size is only allowed with granularity per_grouped_channel")
+        return self
+
+
+class LinearQuantizeRecipe(StrictModel):
+    """Weight-only linear quantization (activations stay floating point)."""
+
+    kind: Literal["linear_quantize"]
+    dtype: Literal["int8", "uint8"] = Field(default="int8", description="Stored weight type.")
+    mode: Literal["linear_symmetric", "linear"] = Field(default="linear_symmetric")
+
+
+class PruneRecipe(StrictModel):
+    """Magnitude pruning: the smallest weights become zeros stored sparsely."""
+
+    kind: Literal["prune"]
+    target_sparsity: float = Field(ge=0.0, le=1.0, description="Share of each weight set to zero.")
+
+
+Recipe = Annotated[Union[PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe], Field(discriminator="kind")]  # noqa: UP007
+
+
+def recipe_dict(recipe: StrictModel | None) -> dict[str, Any] | None:
+    """The recipe as the exporter takes it (unset optional keys left out)."""
+    return None if recipe is None else recipe.model_dump(exclude_none=True)
+
+
+class CoremlTarget(TargetBase):
+    """Core ML via coremltools: an ML program per precision × optimization, measured per compute unit."""
+
+    backend: Literal["coreml"] = Field(description="Core ML (coremltools export; measured on macOS).")
+    precision: Axis[Literal["float32", "float16"]] = Field(default=["float16"], description="Compute precision.")
+    compute_units: Axis[ComputeUnits] = Field(
+        default=["all"], description="Core ML compute units, chosen at load time (one export serves all)."
+    )
+    optimize: Axis[str] = Field(
+        default=[NO_OPTIMIZATION], description="'none' or names of recipes under `optimizations`."
+    )
+    deployment_target: str | None = Field(
+        default=None, description="e.g. iOS17, macOS14; default: the lowest the precision and optimization need."
+    )
+
+    axes = ("precision", "compute_units", "optimize")
+    artifact_axes = ("precision", "optimize")
+
+    def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        """Cross-field checks: recipe names exist; the deployment target suits every combination."""
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        recipes = config.optimizations
+        names = [NO_OPTIMIZATION, *recipes]
+        for i, name in enumerate(self.optimize):
+            if name not in names:
+                problems.append((("optimize", i), f"unknown optimization '{name}'{suggest(name, names)} "
+                                 f"(define it under `optimizations`; known: {', '.join(names)})"))
+        if problems:
+            return problems
+        if self.deployment_target is not None:
+            for precision in self.precision:
+                for name in self.optimize:
+                    try:
+                        check_deployment_target(self.deployment_target, precision, recipe_dict(recipes.get(name)))
+                    except InvalidExportOptions as exc:
+                        message = str(exc)
+                        if message.startswith("unknown deployment target"):
+                            message = (f"unknown deployment target '{self.deployment_target}'"
+                                       f"{suggest(self.deployment_target, valid_deployment_targets())}")
+                        return [(("deployment_target",), message)]
+        return problems
