@@ -107,6 +107,62 @@ def cmd_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache(args: argparse.Namespace):
+    from mlbench.cache import ArtifactCache, default_cache_dir
+
+    return ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
+
+
+def cmd_cache_ls(args: argparse.Namespace) -> int:
+    from datetime import datetime
+
+    from mlbench.cache import format_size
+
+    cache = _cache(args)
+    entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
+    for entry in entries:
+        meta = entry.meta
+        used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
+        label = meta.get("label") or meta.get("key_inputs", {}).get("backend", "?")
+        print(f"{entry.key[:12]}  {format_size(entry.size_bytes):>9}  used {used}  {label}")
+    print(f"{len(entries)} entries, {format_size(sum(e.size_bytes for e in entries))} in {cache.root}")
+    return 0
+
+
+def cmd_cache_info(args: argparse.Namespace) -> int:
+    entry = _cache(args).find(args.key)
+    print(json.dumps({"path": str(entry.path), **entry.meta}, indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_cache_prune(args: argparse.Namespace) -> int:
+    from mlbench.cache import format_size, parse_size
+
+    cache = _cache(args)
+    removed = cache.prune(parse_size(args.max_size))
+    print(f"removed {len(removed)} entries ({format_size(sum(e.size_bytes for e in removed))}); "
+          f"{format_size(cache.total_bytes())} left in {cache.root}")
+    return 0
+
+
+def cmd_cache_clear(args: argparse.Namespace) -> int:
+    cache = _cache(args)
+    print(f"removed {cache.clear()} entries from {cache.root}")
+    return 0
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from mlbench.backends.coreml.analysis import analyse_package
+    from mlbench.report.program import render_program_markdown
+
+    analysis = analyse_package(args.path)
+    if args.json:
+        print(analysis.model_dump_json(indent=2))
+    else:
+        print(render_program_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.")
     parser.add_argument("--version", action="version", version=f"mlbench {__version__}")
@@ -127,6 +183,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-v", "--verbose", action="store_true", help="also print each stage")
     p.set_defaults(func=cmd_run)
 
+    p = sub.add_parser("inspect", help="static analysis of a Core ML package (.mlpackage or .mlmodel)")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument("--json", action="store_true", help="print the analysis as JSON")
+    p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
+    p.set_defaults(func=cmd_inspect)
+
+    cache = sub.add_parser("cache", help="the content-addressed artifact cache")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    for name, func, helptext in (("ls", cmd_cache_ls, "list entries, most recently used first"),
+                                 ("info", cmd_cache_info, "one entry's metadata"),
+                                 ("prune", cmd_cache_prune, "evict least recently used entries"),
+                                 ("clear", cmd_cache_clear, "remove every entry")):
+        p = cache_sub.add_parser(name, help=helptext)
+        p.add_argument("--dir", metavar="DIR", help="cache folder (default: $MLBENCH_CACHE_DIR, else the user cache dir)")
+        p.set_defaults(func=func)
+        if name == "info":
+            p.add_argument("key", metavar="KEY", help="a key or a unique prefix of at least 4 characters")
+        if name == "prune":
+            p.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 5GB, 500MB")
+
     p = sub.add_parser("schema", help="print or write the JSON schemas")
     p.add_argument("which", nargs="?", choices=("pipeline", "report"), default="pipeline")
     p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
@@ -134,8 +210,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_warnings_as_lines() -> None:
+    """mlbench's warnings (e.g. a corrupt cache entry being rebuilt) as one plain line each."""
+    import logging
+
+    class CurrentStderr(logging.StreamHandler):
+        """Writes to whatever sys.stderr is now (tests and wrappers replace it)."""
+
+        stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+    logger = logging.getLogger("mlbench")
+    if not logger.handlers:
+        handler = CurrentStderr()
+        handler.setFormatter(logging.Formatter("warning: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _log_warnings_as_lines()
     try:
         return args.func(args)
     except UserError as exc:

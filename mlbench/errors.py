@@ -45,8 +45,15 @@ class UserError(Exception):
         return ": ".join(parts)
 
 
+class ReportableError(Exception):
+    """A failure whose message is already written for the report (one line, no type name needed)."""
+
+
 def short_error(exc: BaseException, limit: int = 300) -> str:
     """`Type: first line of the message`, cut to `limit` characters: what a report row can hold."""
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    if isinstance(exc, ReportableError) and lines:
+        text = lines[0]
+    else:
+        text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -289,5 +289,5 @@ def test_render_program_markdown(analyses):
     assert "| 3 | " not in short and "7 more layers not shown" in short
 
     nn_md = render_program_markdown(analyses["nn.mlmodel"])
-    assert "| Precision | UNKNOWN |" in nn_md and "| MACs | n/a |" in nn_md
+    assert "| Precision | UNKNOWN |" in nn_md and "| MACs (estimated) | n/a |" in nn_md
     assert "- neural-network model" in nn_md

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from mlbench.records import Metric, RunRecord, RunReport
-from mlbench.report.program import human_bytes, render_program_markdown
+from mlbench.report.program import render_program_markdown
+from mlbench.units import human_bytes
 
 BASELINE = {"backend": "torch", "device": "cpu", "precision": "float32"}
 STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}

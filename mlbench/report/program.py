@@ -7,35 +7,9 @@ from typing import TYPE_CHECKING, Sequence
 if TYPE_CHECKING:  # the report layer only reads the data
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, TensorDescription
 
-__all__ = ["render_program_markdown", "human_bytes", "human_count"]
+from mlbench.units import human_bytes, human_count
 
-
-def human_bytes(n: int | None) -> str:
-    """1536 -> '1.5 KiB'; None -> 'n/a'."""
-    if n is None:
-        return "n/a"
-    if n < 1024:
-        return f"{n} B"
-    value = float(n)
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        value /= 1024.0
-        if value < 1024 or unit == "TiB":
-            return f"{value:.1f} {unit}"
-    return f"{n} B"  # pragma: no cover
-
-
-def human_count(n: int | None) -> str:
-    """553120 -> '553.1 K'; 1722 -> '1.7 K'; 12 -> '12'; None -> 'n/a'."""
-    if n is None:
-        return "n/a"
-    if abs(n) < 1000:
-        return str(n)
-    value = float(n)
-    for unit in ("K", "M", "G", "T", "P"):
-        value /= 1000.0
-        if abs(value) < 1000 or unit == "P":
-            return f"{value:.1f} {unit}"
-    return str(n)  # pragma: no cover
+__all__ = ["render_program_markdown"]
 
 
 def _cell(text: object) -> str:

@@ -90,7 +90,7 @@ class CoremlBackend(Backend):
             return BuildResult(result.artifact.name, {
                 "export_path": result.export_path, "fallback_reason": result.fallback_reason,
                 "deployment_target": result.deployment_target, "export_seconds": result.seconds,
-                "warnings": result.warnings,
+                "warnings": result.warnings, "label": variant.artifact_id,  # for `mlbench cache ls` only
             })
 
         entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)

@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+from mlbench.errors import ReportableError
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
@@ -93,7 +95,7 @@ _QUANT_MODES = ("linear_symmetric", "linear")
 _INPUT_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class ExportError(Exception):
+class ExportError(ReportableError):
     """Export failed; ``str(exc)`` is one line of at most ~200 characters, meant for the user.
 
     ``trace_error`` / ``export_error`` hold the shortened reason each path failed (or None).
