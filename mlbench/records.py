@@ -149,4 +149,13 @@ class RunReport(BaseModel):
     machine: dict[str, Any]
     settings: dict[str, Any] = Field(description="Latency and verify settings the run used.")
     records: list[RunRecord]
+    artifacts: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="Per artifact key, what is known of the artifact itself (program analysis, export "
+        "details): kept once, however many variants measure it.",
+    )
+    stage_seconds: dict[str, float] = Field(
+        default_factory=dict, description="Wall time the run spent building models (load), exporting or "
+        "fetching artifacts (export) and measuring (measure)."
+    )
     summary: dict[Status, int] = Field(description="Number of records per status.")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,6 +46,16 @@ class RunState:
     run_id: str
     created: str
     records: list[RunRecord] = field(default_factory=list)
+    artifacts: dict[str, dict] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=lambda: {"load": 0.0, "export": 0.0, "measure": 0.0})
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[stage] += time.perf_counter() - t0
 
     @property
     def journal_path(self) -> Path:
@@ -99,11 +110,14 @@ class Runner:
         started, t0 = utc_now(), time.perf_counter()
         self.progress.on_stage(model_name, "load")
         try:
-            model = load_model(spec, self.config.seed, self.pipeline.base_dir)
-        except ModelLoadError as exc:
+            with self.state.timed("load"):
+                model = load_model(spec, self.config.seed, self.pipeline.base_dir)
+        except Exception as exc:  # a model that cannot be built fails its variants, not the sweep
+            message = str(exc) if isinstance(exc, ModelLoadError) else short_error(exc)
             for variant in variants:
-                self._finish(_record(variant, "failed", started, t0, error=f"model: {exc}"))
+                self._finish(_record(variant, "failed", started, t0, error=f"model: {message}"))
             return
+
         groups = Plan(variants).artifact_groups()
         for group in groups:
             self._run_artifact(model, group)
@@ -113,7 +127,8 @@ class Runner:
         started, t0 = utc_now(), time.perf_counter()
         self.progress.on_stage(group[0].artifact_id, "export")
         try:
-            exported = backend.export(model, group[0])
+            with self.state.timed("export"):
+                exported = backend.export(model, group[0])
         except VariantSkipped as exc:
             for variant in group:
                 self._finish(_record(variant, "skipped", started, t0, error=str(exc)))
@@ -123,6 +138,8 @@ class Runner:
             for variant in group:
                 self._finish(_record(variant, "failed", started, t0, error=message))
             return
+        if exported.info is not None and exported.details:
+            self.state.artifacts[exported.info.key] = exported.details
         for variant in group:
             self._measure(backend, model, exported, variant)
 
@@ -131,7 +148,8 @@ class Runner:
         self.progress.on_stage(variant.id, "measure")
         common = {"artifact": exported.info}
         try:
-            result = backend.measure(model, exported, variant)
+            with self.state.timed("measure"):
+                result = backend.measure(model, exported, variant)
         except VariantSkipped as exc:
             self._finish(_record(variant, "skipped", started, t0, error=str(exc), **common))
             return
@@ -145,7 +163,8 @@ class Runner:
                      f"{result.verify.tolerance:.3g}")
         self._finish(_record(
             variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
-            verify=result.verify, details={**exported.details, **result.details}, **common,
+            verify=result.verify, details=result.details if exported.info else {**exported.details, **result.details},
+            **common,
         ))
 
     def report(self, *, finished: bool) -> RunReport:
@@ -160,6 +179,9 @@ class Runner:
             settings={"latency": self.config.latency.model_dump(mode="json"),
                       "verify": self.config.verify.model_dump(mode="json"), "seed": self.config.seed},
             records=records,
+            artifacts={r.artifact.key: self.state.artifacts[r.artifact.key] for r in records
+                       if r.artifact is not None and r.artifact.key in self.state.artifacts},
+            stage_seconds={k: round(v, 6) for k, v in self.state.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
         )
 

@@ -56,10 +56,11 @@ def test_compute_units_share_one_export_and_a_rerun_exports_nothing(write_pipeli
 def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, tmp_path):
     report = run(load_pipeline(write_pipeline(PIPELINE)))
     record = next(r for r in report.records if r.variant_id == "tiny/coreml/float16/cpu_and_ne/none")
-    program = record.details["program"]
+    program = report.artifacts[record.artifact.key]["program"]
     assert program["precision"] == "FLOAT16" and program["op_counts"]["conv"] == 3
     assert record.artifact.export_path == "torch.jit.trace"
-    assert record.details["export"]["deployment_target"] == "iOS15"
+    assert report.artifacts[record.artifact.key]["export"]["deployment_target"] == "iOS15"
+    assert "program" not in record.details  # kept once per artifact, not per variant
     assert record.metrics["size.package"].source == "measured"
     assert record.metrics["macs"].source == "estimated"
     if sys.platform != "darwin":

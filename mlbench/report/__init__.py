@@ -16,7 +16,10 @@ def write_atomic(path: Path, text: str) -> None:
     """Write to a temporary file beside `path`, then rename: a reader never sees half a report."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    umask = os.umask(0)
+    os.umask(umask)
     try:
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 would hide the report from teammates
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

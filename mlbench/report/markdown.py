@@ -65,15 +65,17 @@ def _artifact(record: RunRecord) -> tuple[str, str]:
     return human_bytes(info.size_bytes), "cached" if info.cache_hit else f"{info.export_seconds:.1f} s"
 
 
-def render_programs(records: list[RunRecord]) -> list[str]:
+def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
     """One static-analysis section per distinct artifact (several variants can share one)."""
     from mlbench.backends.coreml.analysis import ProgramAnalysis
 
     lines: list[str] = []
     seen: set[str] = set()
     for record in records:
-        program = record.details.get("program")
-        if program is None or record.artifact is None or record.artifact.key in seen:
+        if record.artifact is None or record.artifact.key in seen:
+            continue
+        program = artifacts.get(record.artifact.key, {}).get("program")
+        if program is None:
             continue
         seen.add(record.artifact.key)
         title = f"Program of `{record.artifact_id}` (artifact `{record.artifact.key[:12]}`)"
@@ -84,7 +86,7 @@ def render_programs(records: list[RunRecord]) -> list[str]:
     return lines
 
 
-def render_model_table(model: str, records: list[RunRecord]) -> list[str]:
+def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
     baseline = baseline_for(records)
     lines = [
         f"### {model}",
@@ -103,7 +105,7 @@ def render_model_table(model: str, records: list[RunRecord]) -> list[str]:
     baseline_text = "/".join(BASELINE.values())
     lines += ["", f"_vs eager_: {baseline_text} median ÷ this median (higher is faster)."
               if baseline else f"_vs eager_: no {baseline_text} baseline ran for this model.", ""]
-    return lines + render_programs(records)
+    return lines + render_programs(records, artifacts)
 
 
 def render_markdown(report: RunReport) -> str:
@@ -130,5 +132,5 @@ def render_markdown(report: RunReport) -> str:
     for record in report.records:
         by_model.setdefault(record.model, []).append(record)
     for model, records in by_model.items():
-        lines += render_model_table(model, records)
+        lines += render_model_table(model, records, report.artifacts)
     return "\n".join(lines).rstrip() + "\n"

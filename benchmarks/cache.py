@@ -1,0 +1,82 @@
+"""How well does the artifact cache serve a sweep? Cold run, then warm rerun, in one process.
+
+Prints:
+  - exports performed on the cold run (must equal the distinct artifacts the plan names),
+  - exports performed on the warm rerun (must be 0),
+  - cold and warm wall time,
+  - where each run's time went: building models, exporting, measuring, and everything else
+    (cache lookups and checksums, program analysis, hashing, reports) — the share of wall time
+    outside export and measurement (target < 5% on the cold run).
+
+Usage: python benchmarks/cache.py [--pipeline pipelines/coreml.yaml]
+The cache and reports go to a fresh temporary folder, so the run starts cold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+from mlbench.config import CacheSettings, Pipeline, ReportSettings, load_pipeline
+from mlbench.matrix import Plan, expand
+from mlbench.runner import run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def exports_performed(report) -> int:
+    """Distinct artifacts built this run (a cache miss builds; a hit does not)."""
+    return len({r.artifact.key for r in report.records if r.artifact is not None and not r.artifact.cache_hit})
+
+
+def built_seconds(report) -> float:
+    """Exporter time of the artifacts built this run, once per artifact."""
+    seconds = {}
+    for r in report.records:
+        if r.artifact is not None and not r.artifact.cache_hit:
+            seconds[r.artifact.key] = r.artifact.export_seconds
+    return sum(seconds.values())
+
+
+def timed_run(pipeline: Pipeline):
+    t0 = time.perf_counter()
+    report = run(pipeline)
+    return report, time.perf_counter() - t0
+
+
+def describe(label: str, report, wall: float) -> None:
+    stages = report.stage_seconds
+    export = built_seconds(report)
+    measure = stages["measure"]
+    models = stages["load"]
+    other = wall - export - measure - models
+    print(f"{label}: wall {wall:7.1f} s | exports performed {exports_performed(report):3d} | "
+          f"export {export:6.1f} s, measure {measure:6.1f} s, build models {models:5.1f} s, "
+          f"other {other:5.1f} s ({other / wall:5.1%} of wall; with model building {(other + models) / wall:5.1%})")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pipeline", default=str(ROOT / "pipelines" / "coreml.yaml"))
+    args = parser.parse_args()
+    pipeline = load_pipeline(args.pipeline)
+    plan = Plan(expand(pipeline.config))
+    exportable = len({v.artifact_id for v in plan.variants if v.backend != "torch"})
+    with tempfile.TemporaryDirectory(prefix="mlbench-cache-bench-") as tmp:
+        config = pipeline.config.model_copy(update={
+            "cache": CacheSettings(dir=Path(tmp) / "cache"), "report": ReportSettings(dir=Path(tmp) / "reports"),
+        })
+        pipeline = Pipeline(config=config, path=pipeline.path, sha256=pipeline.sha256)
+        print(f"{pipeline.path.name}: {len(plan.variants)} variants, {exportable} distinct exported artifacts")
+        cold, cold_wall = timed_run(pipeline)
+        describe("cold", cold, cold_wall)
+        warm, warm_wall = timed_run(pipeline)
+        describe("warm", warm, warm_wall)
+    print(f"cold exports == distinct artifacts: {exports_performed(cold) == exportable}; "
+          f"warm exports == 0: {exports_performed(warm) == 0}; warm/cold wall: {warm_wall / cold_wall:.2f}")
+
+
+if __name__ == "__main__":
+    main()
