@@ -91,6 +91,52 @@ class Verification(BaseModel):
     outputs: list[OutputError]
 
 
+Device = str
+"""Where an operation ran: `neural_engine`, `gpu`, `cpu` (Core ML's devices; ONNX Runtime's CPU and
+CUDA providers map to `cpu` and `gpu`), or another provider's own lower-case name (e.g. `coreml`)."""
+
+
+class OpPlacement(BaseModel):
+    """One compute operation and where it ran (or would run)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    op_type: str = Field(description="Operation type with any opset prefix removed (ios17.conv -> conv).")
+    device: Device | None = Field(description="Where it ran; null when unknown.")
+    supported: list[Device] | None = Field(default=None, description="Devices that support it, where known.")
+    cost: float | None = Field(default=None, description="Share of the model's work in [0, 1], where known.")
+    time_ms: float | None = Field(default=None, description="Measured time of this operation per run, where known.")
+    provider: str | None = Field(default=None, description="The runtime's own name for the device, where it has one.")
+    reason: str | None = Field(default=None, description="Why it is not on the preferred device.")
+    rule: str | None = Field(default=None, description="For estimates: the id of the rule that decided.")
+
+
+class Placement(BaseModel):
+    """Where a variant's operations run, summarised the same way for every backend.
+
+    Constants (and ONNX initializers) are data, not computation: counted apart and kept out of
+    every fraction. `switches` counts device changes along the program order: each one is a
+    transfer the runtime pays for.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: Source
+    method: str = Field(description="What produced it, e.g. 'MLComputePlan', 'onnxruntime profiling', 'mlbench rules'.")
+    preferred: Device | None = Field(default=None, description="The device the variant asked for, if any.")
+    compute_ops: int
+    constants: int
+    by_count: dict[Device, float] = Field(description="Share of compute operations per device.")
+    by_cost: dict[Device, float] | None = Field(
+        default=None, description="Share of cost per device (Core ML's estimated cost, or measured time)."
+    )
+    cost_basis: Literal["estimated_cost", "time"] | None = None
+    switches: int = Field(description="Device changes along the program order.")
+    note: str | None = Field(default=None, description="Plain-words explanation, e.g. why nothing reached the Neural Engine.")
+    ops: list[OpPlacement]
+
+
 class ArtifactInfo(BaseModel):
     """The exported artifact a variant was measured from (absent for eager variants)."""
 
@@ -119,6 +165,7 @@ class RunRecord(BaseModel):
     metrics: dict[str, Metric] = Field(default_factory=dict)
     latency: Latency | None = None
     verify: Verification | None = None
+    placement: Placement | None = None
     artifact: ArtifactInfo | None = None
     details: dict[str, Any] = Field(
         default_factory=dict, description="Backend-specific data (program analysis, placement, ...)."

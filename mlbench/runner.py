@@ -163,7 +163,7 @@ class Runner:
                      f"{result.verify.tolerance:.3g}")
         self._finish(_record(
             variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
-            verify=result.verify, details=result.details if exported.info else {**exported.details, **result.details},
+            verify=result.verify, placement=result.placement, details=result.details if exported.info else {**exported.details, **result.details},
             **common,
         ))
 

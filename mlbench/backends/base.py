@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from mlbench.records import ArtifactInfo, Latency, Metric, Verification
+from mlbench.records import ArtifactInfo, Latency, Metric, Placement, Verification
 
 if TYPE_CHECKING:
     from mlbench.cache import ArtifactCache
@@ -37,6 +37,7 @@ class Measurement:
     metrics: dict[str, Metric] = field(default_factory=dict)
     latency: Latency | None = None
     verify: Verification | None = None
+    placement: Placement | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
 
