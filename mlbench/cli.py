@@ -156,10 +156,23 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from mlbench.report.program import render_program_markdown
 
     analysis = analyse_package(args.path)
+    placement = None
+    if args.compute_units:
+        from mlbench.backends.coreml.backend import CoremlArtifact, placement_for
+
+        placement = placement_for(CoremlArtifact(Path(args.path), analysis), args.compute_units)
     if args.json:
-        print(analysis.model_dump_json(indent=2))
-    else:
-        print(render_program_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
+        data = analysis.model_dump(mode="json")
+        if placement is not None:
+            data["placement"] = placement.model_dump(mode="json")
+        print(json.dumps(data, indent=2))
+        return 0
+    print(render_program_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
+    if placement is not None:
+        from mlbench.report.placement import render_placement_markdown
+
+        print(render_placement_markdown(placement, title=f"Placement with {args.compute_units}",
+                                        max_ops=args.max_layers))
     return 0
 
 
@@ -187,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
+    p.add_argument("--compute-units", choices=("cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"),
+                   help="also summarise where each operation runs (measured on macOS 14.4+, else estimated)")
     p.set_defaults(func=cmd_inspect)
 
     cache = sub.add_parser("cache", help="the content-addressed artifact cache")

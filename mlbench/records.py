@@ -131,7 +131,9 @@ class Placement(BaseModel):
     by_cost: dict[Device, float] | None = Field(
         default=None, description="Share of cost per device (Core ML's estimated cost, or measured time)."
     )
-    cost_basis: Literal["estimated_cost", "time"] | None = None
+    cost_basis: Literal["estimated_cost", "time", "macs"] | None = Field(
+        default=None, description="What by_cost weighs: Core ML's estimated cost, measured time, or MACs (estimates)."
+    )
     switches: int = Field(description="Device changes along the program order.")
     note: str | None = Field(default=None, description="Plain-words explanation, e.g. why nothing reached the Neural Engine.")
     ops: list[OpPlacement]

@@ -153,6 +153,11 @@ class LayerInfo(BaseModel):
         default=None, description="how the weights are stored, e.g. 'fp16' or 'lut(uint4 indices, fp16 lut)'"
     )
     depth: int = Field(default=0, description="nesting depth: 0 in the function body, 1 inside a cond/loop block")
+    attributes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="parameters that decide where an op can run: dilations, kernel_sizes, strides, scale factors, "
+        "and dynamic_shape when a reshape's shape is computed at run time",
+    )
 
 
 class Totals(BaseModel):
@@ -676,6 +681,7 @@ def _analyse_program(spec: Any, blobs: _BlobReader, notes: list[str]) -> dict[st
                 weight_bytes=stored,
                 weight_storage=storage,
                 depth=depth,
+                attributes=_placement_attributes(op_type, op, prog),
             )
         )
         if op_type == "cast" and _is_boundary_cast(op, prog):
@@ -742,6 +748,32 @@ def _analyse_program(spec: Any, blobs: _BlobReader, notes: list[str]) -> dict[st
             macs_complete=not unknown_mac_ops,
         ),
     }
+
+
+# Inputs whose constant values decide Neural Engine eligibility (see placement rules).
+_PLACEMENT_INPUTS = {
+    "conv": ("dilations", "strides", "groups"),
+    "conv_transpose": ("dilations", "strides", "groups"),
+    "max_pool": ("kernel_sizes", "strides"),
+    "avg_pool": ("kernel_sizes", "strides"),
+    "l2_pool": ("kernel_sizes", "strides"),
+    "upsample_nearest_neighbor": ("scale_factor_height", "scale_factor_width"),
+    "upsample_bilinear": ("scale_factor_height", "scale_factor_width"),
+}
+_SHAPE_INPUTS = {"reshape": "shape", "tile": "reps", "expand_dims": "axes", "slice_by_index": "begin"}
+
+
+def _placement_attributes(op_type: str, op: Any, prog: _Program) -> dict[str, Any]:
+    """The few constant parameters the placement rules need, read from the op's inputs."""
+    attributes: dict[str, Any] = {}
+    for key in _PLACEMENT_INPUTS.get(op_type, ()):
+        value = prog.const_value(op, key)
+        if value is not None:
+            attributes[key] = value
+    shape_input = _SHAPE_INPUTS.get(op_type)
+    if shape_input and shape_input in op.inputs and prog.const_value(op, shape_input) is None:
+        attributes["dynamic_shape"] = True
+    return attributes
 
 
 def _is_boundary_cast(op: Any, prog: _Program) -> bool:

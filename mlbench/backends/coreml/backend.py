@@ -106,15 +106,39 @@ class CoremlBackend(Backend):
         return Exported(payload=CoremlArtifact(entry.artifact_path, analysis), info=info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        from mlbench.backends.coreml.placement import placement_metrics
+
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
+        placement = placement_for(artifact, variant.axis("compute_units"))
+        metrics.update(placement_metrics(placement))
         if sys.platform != "darwin":
             reason = NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                                ("latency.best", "ms"), ("latency.p90", "ms"), ("verify.max_abs", "abs"),
                                ("verify.max_rel", "rel")):
                 metrics[name] = Metric.absent(unit, reason)
-            return Measurement(metrics=metrics)
+            return Measurement(metrics=metrics, placement=placement)
         from mlbench.backends.coreml.runtime import measure_package
 
-        return measure_package(artifact, model, variant, self.config, metrics)
+        result = measure_package(artifact, model, variant, self.config, metrics)
+        result.placement = placement
+        return result
+
+
+def placement_for(artifact: CoremlArtifact, compute_units: str):
+    """Measured from a compute plan where this machine can build one, else estimated by the rules."""
+    from mlbench.backends.coreml.compute_plan import compute_plan_available, placement_from_plan, plan_operations
+    from mlbench.backends.coreml.placement import estimate_placement
+
+    why_not = compute_plan_available()
+    if why_not is None and artifact.analysis.model_type == "mlProgram":  # pragma: no cover - macOS only
+        try:
+            ops = plan_operations(artifact.package, compute_units)
+            return placement_from_plan(ops, compute_units, artifact.analysis.precision)
+        except Exception as exc:  # noqa: BLE001 - fall back to the estimate, and say so
+            why_not = f"the compute plan failed ({exc})"
+    estimate = estimate_placement(artifact.analysis, compute_units)
+    if estimate.note is not None and why_not and compute_units != "cpu_only":
+        estimate.note += f" Not measured: {why_not}."
+    return estimate

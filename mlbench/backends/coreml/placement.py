@@ -1,0 +1,229 @@
+"""Core ML placement summaries: estimated from static rules anywhere, or built from a compute plan.
+
+Both paths end in the same `Placement` record (constants kept apart, fractions by count and by
+cost, device switches, and a note in plain words), so a Linux estimate and a macOS measurement
+line up column for column. The rules live in placement_rules.yaml, each with its source.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlbench.records import OpPlacement, Placement
+
+if TYPE_CHECKING:
+    from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
+
+RULES_PATH = Path(__file__).with_name("placement_rules.yaml")
+ANE, GPU, CPU = "neural_engine", "gpu", "cpu"
+DEVICES = (ANE, GPU, CPU)
+PREFERRED = {"cpu_only": CPU, "cpu_and_gpu": GPU, "cpu_and_ne": ANE, "all": ANE}
+ONE_GB = 1_000_000_000
+ESTIMATE_CAVEAT = ("Estimated by mlbench's rules: Core ML publishes no list of Neural Engine support, and its "
+                   "choice changes with device, OS version and tensor sizes.")
+
+
+@dataclass(frozen=True)
+class Rule:
+    id: str
+    kind: str
+    reason: str | None
+    source: str
+    ops: frozenset[str] | None = None
+    condition: str | None = None
+    max_ops: int | None = None
+
+
+@lru_cache(maxsize=1)
+def load_rules() -> dict[str, Rule]:
+    import yaml
+
+    data = yaml.safe_load(RULES_PATH.read_text(encoding="utf-8"))
+    rules = {}
+    for item in data["rules"]:
+        rules[item["id"]] = Rule(
+            id=item["id"], kind=item["kind"], reason=item.get("reason") or item.get("says"),
+            source=item["source"], ops=frozenset(item["ops"]) if "ops" in item else None,
+            condition=item.get("condition"), max_ops=item.get("max_ops"),
+        )
+    return rules
+
+
+def _any_over(values: Any, limit: float) -> bool:
+    return any(isinstance(v, (int, float)) and v > limit for v in (values or []))
+
+
+CONDITIONS = {
+    "float32_output": lambda layer: layer.output_dtype == "fp32",
+    "dilation_over_1": lambda layer: _any_over(layer.attributes.get("dilations"), 1),
+    "pool_kernel_over_13_or_stride_over_2": lambda layer: _any_over(layer.attributes.get("kernel_sizes"), 13)
+    or _any_over(layer.attributes.get("strides"), 2),
+    "upsample_over_2": lambda layer: _any_over((layer.attributes.get("scale_factor_height") or [])
+                                               + (layer.attributes.get("scale_factor_width") or []), 2),
+    "dynamic_shape": lambda layer: bool(layer.attributes.get("dynamic_shape"))
+    or (layer.output_shape is not None and None in layer.output_shape),
+}
+
+
+def ane_blocker(layer: LayerInfo, rules: dict[str, Rule]) -> Rule | None:
+    """The first op rule that keeps this operation off the Neural Engine, or None."""
+    for rule in rules.values():
+        if rule.kind != "op":
+            continue
+        if rule.ops is not None and layer.op_type not in rule.ops:
+            continue
+        if rule.condition is not None and not CONDITIONS[rule.condition](layer):
+            continue
+        return rule
+    return None
+
+
+def normalise_op_type(name: str) -> str:
+    """`ios17.conv` → `conv`: compute plans may carry an opset prefix."""
+    head, dot, tail = name.partition(".")
+    return tail if dot and head.lower().startswith(("ios", "macos", "watchos", "tvos", "coreml")) else name
+
+
+def is_data_op(op_type: str) -> bool:
+    return op_type == "const" or op_type.startswith("constexpr_")
+
+
+def count_switches(devices: list[str | None]) -> int:
+    known = [d for d in devices if d is not None]
+    return sum(1 for a, b in zip(known, known[1:]) if a != b)
+
+
+def fractions(ops: list[OpPlacement], weight: Any = None) -> dict[str, float]:
+    totals: Counter[str] = Counter()
+    for op in ops:
+        if op.device is not None:
+            totals[op.device] += 1.0 if weight is None else (weight(op) or 0.0)
+    total = sum(totals.values())
+    if total <= 0:
+        return {}
+    return {device: totals[device] / total for device in DEVICES if device in totals} | {
+        d: v / total for d, v in totals.items() if d not in DEVICES}
+
+
+def _apply_islands(ops: list[OpPlacement], rule: Rule) -> None:
+    """Runs of at most `max_ops` Neural Engine ops with CPU ops on both sides move to the CPU."""
+    i = 0
+    while i < len(ops):
+        if ops[i].device != ANE:
+            i += 1
+            continue
+        j = i
+        while j < len(ops) and ops[j].device == ANE:
+            j += 1
+        before = ops[i - 1].device if i > 0 else None
+        after = ops[j].device if j < len(ops) else None
+        if j - i <= (rule.max_ops or 0) and before == CPU and after == CPU:
+            for op in ops[i:j]:
+                op.device, op.rule, op.reason = CPU, rule.id, rule.reason
+        i = j
+
+
+def _off_ane_summary(ops: list[OpPlacement]) -> str:
+    groups: Counter[tuple[str, str]] = Counter()
+    for op in ops:
+        if op.device != ANE and op.reason:
+            groups[(op.op_type, op.reason)] += 1
+    parts = [f"{op_type} ×{n} ({reason})" for (op_type, reason), n in groups.most_common(6)]
+    if len(groups) > 6:
+        parts.append(f"and {len(groups) - 6} more kinds")
+    return "; ".join(parts)
+
+
+def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placement:
+    """Where Core ML would likely run each compute operation, by mlbench's published rules."""
+    rules = load_rules()
+    layers = analysis.layers
+    preferred = PREFERRED[compute_units]
+    total_macs = sum(layer.macs or 0 for layer in layers)
+    ops: list[OpPlacement] = []
+    for layer in layers:
+        ops.append(OpPlacement(name=layer.name, op_type=layer.op_type, device=None,
+                               cost=(layer.macs or 0) / total_macs if total_macs else None))
+    precision = analysis.precision
+    note: str | None = None
+    too_big = (analysis.totals.weight_bytes or 0) > ONE_GB
+
+    if compute_units == "cpu_only":
+        for op in ops:
+            op.device, op.rule = CPU, "cpu-only"
+    else:
+        blockers = [ane_blocker(layer, rules) for layer in layers]
+        eligible = [b is None for b in blockers]
+        use_ane = compute_units in ("cpu_and_ne", "all") and precision != "FLOAT32" and any(eligible)
+        if not use_ane:
+            # CPU_AND_GPU, or ALL with nothing for the Neural Engine: the GPU takes everything.
+            target = GPU if compute_units in ("cpu_and_gpu", "all") else CPU
+            rule = "gpu-assumed" if target == GPU else "float32-program"
+            for op in ops:
+                op.device, op.rule = target, rule
+                if preferred == ANE:
+                    op.reason = (rules["float32-program"].reason if precision == "FLOAT32"
+                                 else "not eligible for the Neural Engine")
+        else:
+            for op, blocker in zip(ops, blockers):
+                if too_big:
+                    op.device, op.rule, op.reason = CPU, "model-over-1gb", rules["model-over-1gb"].reason
+                elif blocker is None:
+                    op.device = ANE
+                else:
+                    op.device, op.rule, op.reason = CPU, blocker.id, blocker.reason
+            _apply_islands(ops, rules["small-island"])
+        note = _estimate_note(analysis, compute_units, ops, use_ane)
+    return summarise(ops, source="estimated", method="mlbench rules (placement_rules.yaml)", preferred=preferred,
+                     constants=analysis.const_count + sum(analysis.weight_ops.values()), note=note,
+                     cost_basis="macs" if total_macs else None)
+
+
+def _estimate_note(analysis: ProgramAnalysis, compute_units: str, ops: list[OpPlacement], use_ane: bool) -> str:
+    precision = analysis.precision
+    wants_ane = compute_units in ("cpu_and_ne", "all")
+    parts: list[str] = []
+    if wants_ane and precision == "FLOAT32":
+        parts.append("No operation reached the Neural Engine because the program is float32: Core ML runs only "
+                     "float16 programs there. Export with `precision: float16` to use it.")
+        if compute_units == "all":
+            parts.append("Under ALL it runs on the GPU where supported.")
+    elif wants_ane:
+        off = [op for op in ops if op.device != ANE]
+        if precision == "UNKNOWN":
+            parts.append("The package does not say its precision, so placement follows operation types only.")
+        if not use_ane:
+            parts.append("No operation is eligible for the Neural Engine.")
+        if off:
+            parts.append(f"{len(off)} of {len(ops)} compute operations stay off the Neural Engine: "
+                         f"{_off_ane_summary(off)}.")
+        else:
+            parts.append("Every compute operation is eligible for the Neural Engine.")
+    else:
+        parts.append("GPU support is assumed for every operation; no public list exists.")
+    parts.append(ESTIMATE_CAVEAT)
+    return " ".join(parts)
+
+
+def summarise(ops: list[OpPlacement], *, source: str, method: str, preferred: str | None, constants: int,
+              note: str | None, cost_basis: str | None) -> Placement:
+    by_cost = fractions(ops, weight=lambda op: op.cost) if cost_basis else None
+    return Placement(
+        source=source, method=method, preferred=preferred, compute_ops=len(ops), constants=constants,
+        by_count=fractions(ops), by_cost=by_cost or None, cost_basis=cost_basis if by_cost else None,
+        switches=count_switches([op.device for op in ops]), note=note, ops=ops,
+    )
+
+
+def placement_metrics(placement: Placement) -> dict[str, Any]:
+    """`placement.neural_engine` etc. (share of compute ops) and `placement.switches`, for compare rules."""
+    from mlbench.records import Metric
+
+    metrics = {f"placement.{device}": Metric(value=placement.by_count.get(device, 0.0), unit="ratio",
+                                             source=placement.source) for device in DEVICES}
+    metrics["placement.switches"] = Metric(value=placement.switches, unit="count", source=placement.source)
+    return metrics

@@ -1,0 +1,38 @@
+"""Markdown for one placement summary (measured or estimated). Pure function, no I/O."""
+
+from __future__ import annotations
+
+from mlbench.records import Placement
+
+DEVICE_LABEL = {"neural_engine": "Neural Engine", "gpu": "GPU", "cpu": "CPU"}
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def render_placement_markdown(placement: Placement, *, title: str, max_ops: int | None = None) -> str:
+    """Fractions per device by count and by cost, switches, the note, and a collapsible per-op table."""
+    devices = list(dict.fromkeys([*placement.by_count, *(placement.by_cost or {})]))
+    lines = [f"### {title} ({placement.source}: {placement.method})", "",
+             "| Device | Compute ops | Cost share |", "|---|---:|---:|"]
+    for device in devices:
+        cost = (placement.by_cost or {}).get(device)
+        lines.append(f"| {DEVICE_LABEL.get(device, device)} | {_pct(placement.by_count.get(device, 0.0))} "
+                     f"| {_pct(cost) if placement.by_cost else '–'} |")
+    basis = {"estimated_cost": "Core ML's estimated cost", "time": "measured time", "macs": "MACs"}
+    lines += ["", f"{placement.compute_ops} compute operations ({placement.constants} constants counted apart); "
+              f"{placement.switches} device switches; cost share by "
+              f"{basis.get(placement.cost_basis or '', 'nothing known')}.", ""]
+    if placement.note:
+        lines += [placement.note, ""]
+    shown = placement.ops if max_ops is None else placement.ops[:max_ops]
+    lines += [f"<details><summary>Operations ({len(placement.ops)})</summary>", "",
+              "| # | Op | Type | Device | Supported | Cost | Reason |", "|---:|---|---|---|---|---:|---|"]
+    for i, op in enumerate(shown, 1):
+        supported = ", ".join(op.supported) if op.supported else ""
+        lines.append(f"| {i} | {op.name} | {op.op_type} | {op.device or '?'} | {supported} | {_pct(op.cost)} "
+                     f"| {op.reason or ''} |")
+    if len(shown) < len(placement.ops):
+        lines += ["", f"… {len(placement.ops) - len(shown)} more operations not shown."]
+    return "\n".join([*lines, "", "</details>", ""])
