@@ -184,3 +184,27 @@ def test_resnet18_float16_is_estimated_on_the_neural_engine(tmp_path):
     assert share >= 0.95
     assert estimate_placement(export(torchvision.models.resnet18(weights=None), [1, 3, 224, 224], "float32",
                                      tmp_path / "fp32"), "cpu_and_ne").by_count.get("neural_engine", 0.0) == 0.0
+
+
+def test_prediction_inputs_follow_the_declared_dtypes(tmp_path):
+    """What the macOS path feeds Core ML: float16 inputs for a package that declares them."""
+    import sys
+
+    import numpy as np
+
+    from mlbench.backends.coreml.backend import CoremlArtifact
+    from mlbench.backends.coreml.runtime import ordered_outputs, prediction_inputs
+    from mlbench.config import ModelSpec
+    from mlbench.models import load_model
+
+    sys.path.insert(0, str(ROOT / "examples"))
+    spec = ModelSpec(name="tiny", source=f"{ROOT}/examples/tiny_cnn.py:TinyCNN",
+                     inputs=[{"name": "image", "shape": [1, 3, 32, 32]}])
+    model = load_model(spec, seed=0, base_dir=ROOT)
+    result = export_coreml(model.module, model.example_inputs, ["image"], precision="float16",
+                           optimization=None, deployment_target="iOS16", dest=tmp_path)
+    artifact = CoremlArtifact(result.artifact, analyse_package(result.artifact))
+    arrays = prediction_inputs(artifact, model)
+    assert arrays["image"].dtype == np.float16 and arrays["image"].shape == (1, 3, 32, 32)
+    (output,) = artifact.analysis.outputs
+    assert ordered_outputs(artifact, {output.name: "y", "other": "z"}) == ["y"]
