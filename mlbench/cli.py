@@ -222,6 +222,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("which", nargs="?", choices=("pipeline", "report"), default="pipeline")
     p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
     p.set_defaults(func=cmd_schema)
+
+    from mlbench.cli_compare import register
+
+    register(sub)  # compare, history
     return parser
 
 

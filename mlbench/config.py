@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, ValidationError, create_model, field_validator
+from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator
 
 from mlbench.backends import TARGET_MODELS
 from mlbench.backends.coreml.target import NO_OPTIMIZATION, Recipe
@@ -69,11 +69,36 @@ class VerifySettings(StrictModel):
         return self.tolerance.get(precision, DEFAULT_TOLERANCE.get(precision, DEFAULT_TOLERANCE["float16"]))
 
 
+def _gate_rule(text: str) -> str:
+    from mlbench.compare import RuleError, parse_rule
+
+    try:
+        parse_rule(text)
+    except RuleError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
 class ReportSettings(StrictModel):
     dir: Path | None = Field(default=None, description="Where reports go (relative to this file); default reports/NAME.")
-    formats: list[Literal["json", "markdown"]] = Field(
-        default=["json", "markdown"], min_length=1, description="Report formats to write."
+    formats: list[Literal["json", "markdown", "html"]] = Field(
+        default=["json", "markdown"], min_length=1,
+        description="Report formats to write; html is one self-contained file with charts.",
     )
+    gate: list[Annotated[str, AfterValidator(_gate_rule)]] = Field(
+        default_factory=list,
+        description="Regression rules for `mlbench compare --pipeline`, e.g. 'latency.median:+10%', "
+        "'placement.neural_engine:-5pp', 'verify.max_rel:>1e-2', 'status:failed'.",
+    )
+
+
+class HistorySettings(StrictModel):
+    path: Path | None = Field(
+        default=None,
+        description="Run history database (relative to this file). Default: $MLBENCH_HISTORY, else "
+        "mlbench-history.sqlite beside the default cache folder.",
+    )
+    enabled: bool = Field(default=True, description="Append every finished run to the history.")
 
 
 class CacheSettings(StrictModel):
@@ -120,6 +145,7 @@ class PipelineConfig(StrictModel):
     verify: VerifySettings = Field(default_factory=VerifySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
     seed: int = Field(default=0, description="Seed for model weights and inputs: the same file gives the same numbers.")
 
     @field_validator("optimizations")
@@ -285,6 +311,16 @@ class Pipeline:
         configured = self.config.cache.dir
         if configured is None:
             return default_cache_dir()
+        return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
+
+    @property
+    def history_path(self) -> Path:
+        """The pipeline's history path, else $MLBENCH_HISTORY, else beside the default cache folder."""
+        from mlbench.history import default_history_path
+
+        configured = self.config.history.path
+        if configured is None:
+            return default_history_path()
         return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
 
     @property

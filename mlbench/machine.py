@@ -47,5 +47,6 @@ def snapshot() -> dict[str, object]:
         "cpu": _cpu_model(),
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
+        "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # a busy machine skews timings
         "packages": {name: _version(name) for name in PACKAGES},
     }

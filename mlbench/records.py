@@ -89,6 +89,7 @@ class Verification(BaseModel):
     tolerance: float = Field(description="Limit on max_rel for this precision, from the pipeline.")
     passed: bool
     outputs: list[OutputError]
+    note: str | None = Field(default=None, description="Why the comparison may say little, e.g. outputs all ≈ 0.")
 
 
 Device = str

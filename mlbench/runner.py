@@ -197,5 +197,15 @@ def run(pipeline: Pipeline, progress: Progress | None = None) -> RunReport:
         write_reports(runner.report(finished=False), pipeline)
         raise
     write_reports(report, pipeline)
-    return report
+    if pipeline.config.history.enabled:  # after the reports: a history failure never loses a report
+        import logging
 
+        from mlbench.errors import UserError
+        from mlbench.history import record_run
+
+        try:
+            record_run(report, pipeline.path, pipeline.history_path)
+        except Exception as exc:  # noqa: BLE001 - one warning line, the run stands
+            why = str(exc) if isinstance(exc, UserError) else f"{pipeline.history_path}: {short_error(exc)}"
+            logging.getLogger("mlbench.history").warning("run not added to the history: %s", why)
+    return report

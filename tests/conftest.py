@@ -26,6 +26,14 @@ report: {{dir: out}}
 """
 
 
+@pytest.fixture(autouse=True)
+def _private_cache_and_history(tmp_path_factory, monkeypatch):
+    """Tests never touch the user's cache or run history."""
+    root = tmp_path_factory.mktemp("mlbench-home")
+    monkeypatch.setenv("MLBENCH_CACHE_DIR", str(root / "cache"))
+    monkeypatch.setenv("MLBENCH_HISTORY", str(root / "history.sqlite"))
+
+
 @pytest.fixture
 def write_pipeline(tmp_path):
     """Write YAML text (dedented) to tmp_path/NAME and return the path."""

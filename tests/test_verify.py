@@ -34,3 +34,10 @@ def test_mismatched_outputs():
         compare_outputs([("y", np.ones(2))], [np.ones(2), np.ones(2)], tolerance=1, reference_name="r")
     with pytest.raises(OutputMismatch, match=r"output 'y' has shape \[3\], expected \[2\]"):
         compare_outputs([("y", np.ones(2))], [np.ones(3)], tolerance=1, reference_name="r")
+
+
+def test_all_zero_reference_is_called_uninformative():
+    result = compare_outputs([("y", np.zeros(4))], [np.full(4, 1e-9)], tolerance=1e-4, reference_name="r")
+    assert result.passed and result.note.startswith("the reference outputs are all ≈ 0 (largest |value| 0)")
+    informative = compare_outputs([("y", np.ones(4))], [np.ones(4)], tolerance=1e-4, reference_name="r")
+    assert informative.note is None

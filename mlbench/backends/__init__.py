@@ -11,17 +11,19 @@ import importlib
 from typing import TYPE_CHECKING
 
 from mlbench.backends.coreml.target import CoremlTarget
+from mlbench.backends.onnxruntime.target import OnnxruntimeTarget
 from mlbench.backends.torch_eager import TorchTarget
 
 if TYPE_CHECKING:
     from mlbench.backends.base import Backend
 
-TARGET_MODELS = (TorchTarget, CoremlTarget)
+TARGET_MODELS = (TorchTarget, CoremlTarget, OnnxruntimeTarget)
 """Every target model, in the order the schema lists them."""
 
 _BACKEND_CLASSES = {
     "torch": "mlbench.backends.torch_eager:TorchBackend",
     "coreml": "mlbench.backends.coreml.backend:CoremlBackend",
+    "onnxruntime": "mlbench.backends.onnxruntime.backend:OnnxruntimeBackend",
 }
 
 

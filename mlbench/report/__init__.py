@@ -35,7 +35,13 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
     from mlbench.report.json_report import render_json
     from mlbench.report.markdown import render_markdown
 
-    renderers = {"json": (render_json, "report.json"), "markdown": (render_markdown, "report.md")}
+    def html(report: RunReport) -> str:
+        from mlbench.report.html import render_html
+
+        return render_html(report, trends=_trends(report, pipeline))
+
+    renderers = {"json": (render_json, "report.json"), "markdown": (render_markdown, "report.md"),
+                 "html": (html, "report.html")}
     written: dict[str, Path] = {}
     for fmt in pipeline.config.report.formats:
         render, name = renderers[fmt]
@@ -43,3 +49,20 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         write_atomic(path, render(report))
         written[fmt] = path
     return written
+
+
+def _trends(report: RunReport, pipeline: Pipeline, runs: int = 30) -> dict:
+    """Earlier runs' latency medians of this pipeline, for the HTML trend charts; {} without history."""
+    import logging
+
+    from mlbench.errors import UserError
+    from mlbench.history import metric_series
+
+    path = pipeline.history_path
+    if not pipeline.config.history.enabled or not path.exists():
+        return {}
+    try:
+        return metric_series(path, "latency.median", pipeline=report.pipeline.name, limit=runs)
+    except (UserError, OSError) as exc:
+        logging.getLogger("mlbench.report").warning("no trends in the HTML report: %s", exc)
+        return {}

@@ -46,6 +46,8 @@ def _verify(record: RunRecord) -> str:
     if record.verify is None:
         return "reference" if "verify" in record.details else "–"
     mark = "" if record.verify.passed else " ✗"
+    if record.verify.note:
+        mark += " (reference ≈ 0: uninformative)"
     return f"{record.verify.max_rel:.2e}{mark}"
 
 
@@ -63,6 +65,30 @@ def _artifact(record: RunRecord) -> tuple[str, str]:
     if info is None:
         return "–", "–"
     return human_bytes(info.size_bytes), "cached" if info.cache_hit else f"{info.export_seconds:.1f} s"
+
+
+def _placement(record: RunRecord) -> tuple[str, str]:
+    """(`ANE / GPU / CPU %`, switches) cells; estimated placements carry `~`."""
+    placement = record.placement
+    if placement is None:
+        return "–", "–"
+    mark = "~" if placement.source == "estimated" else ""
+    shares = " / ".join(f"{100 * placement.by_count.get(d, 0.0):.0f}" for d in ("neural_engine", "gpu", "cpu"))
+    return f"{mark}{shares}", f"{mark}{placement.switches}"
+
+
+def render_placement_notes(records: list[RunRecord]) -> list[str]:
+    """Each distinct placement note once, with the variants it applies to."""
+    notes: dict[str, list[str]] = {}
+    for record in records:
+        if record.placement is not None and record.placement.note:
+            notes.setdefault(record.placement.note, []).append("/".join([record.backend, *record.axes.values()]))
+    if not notes:
+        return []
+    lines = ["Placement notes:", ""]
+    for note, variants in notes.items():
+        lines.append(f"- {', '.join(f'`{v}`' for v in variants)}: {note}")
+    return lines + [""]
 
 
 def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
@@ -86,26 +112,64 @@ def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> lis
     return lines
 
 
+OP_TIME_TOP = 10
+
+
+def render_op_times(records: list[RunRecord], top: int = OP_TIME_TOP) -> list[str]:
+    """Per record with measured per-operator time (details["op_time"]): the slowest op types and nodes.
+
+    The JSON report keeps every row; this shows the top `top` of each, in a collapsible block.
+    """
+    lines: list[str] = []
+    for record in records:
+        op_time = record.details.get("op_time") if record.status == "ok" else None
+        if not op_time:
+            continue
+        variant = "/".join([record.backend, *record.axes.values()])
+        by_type, by_node = op_time.get("by_type", []), op_time.get("by_node", [])
+        lines += [
+            f"<details><summary>Per-operator time of <code>{variant}</code>: {_fmt_ms(op_time.get('total_ms'))} ms "
+            f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({op_time.get('method')})</summary>",
+            "",
+            f"| Op type (top {min(top, len(by_type))} of {len(by_type)}) | Nodes | ms / run | Share | Providers |",
+            "|---|---:|---:|---:|---|",
+        ]
+        for row in by_type[:top]:
+            providers = ", ".join(f"{p.removesuffix('ExecutionProvider')} ×{n}" for p, n in row["providers"].items())
+            lines.append(f"| {row['op_type']} | {row['nodes']} | {_fmt_ms(row['time_ms'])} "
+                         f"| {100 * row['share']:.1f}% | {providers} |")
+        lines += ["", f"| Node (top {min(top, len(by_node))} of {len(by_node)}) | Op type | Provider | ms / run | Share |",
+                  "|---|---|---|---:|---:|"]
+        for row in by_node[:top]:
+            name = str(row["name"]).replace("|", "\\|")
+            lines.append(f"| `{name}` | {row['op_type']} | {str(row['provider']).removesuffix('ExecutionProvider')} "
+                         f"| {_fmt_ms(row['time_ms'])} | {100 * row['share']:.1f}% |")
+        lines += ["", "</details>", ""]
+    return lines
+
+
 def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
     baseline = baseline_for(records)
     lines = [
         f"### {model}",
         "",
-        "| Variant | Status | Median ms | Best ms | p90 ms | vs eager | Verify max_rel | Size | Export | Note |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|---|",
+        "| Variant | Status | Median ms | Best ms | p90 ms | vs eager | Verify max_rel | ANE / GPU / CPU % "
+        "| Switches | Size | Export | Note |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in records:
         variant = "/".join([r.backend, *r.axes.values()])
         size, export = _artifact(r)
+        shares, switches = _placement(r)
         lines.append(
             f"| `{variant}` | {STATUS_MARK[r.status]} | {fmt_metric(r.metrics.get('latency.median'))} "
             f"| {fmt_metric(r.metrics.get('latency.best'))} | {fmt_metric(r.metrics.get('latency.p90'))} "
-            f"| {_speedup(r, baseline)} | {_verify(r)} | {size} | {export} | {_note(r)} |"
+            f"| {_speedup(r, baseline)} | {_verify(r)} | {shares} | {switches} | {size} | {export} | {_note(r)} |"
         )
     baseline_text = "/".join(BASELINE.values())
     lines += ["", f"_vs eager_: {baseline_text} median ÷ this median (higher is faster)."
               if baseline else f"_vs eager_: no {baseline_text} baseline ran for this model.", ""]
-    return lines + render_programs(records, artifacts)
+    return lines + render_placement_notes(records) + render_op_times(records) + render_programs(records, artifacts)
 
 
 def render_markdown(report: RunReport) -> str:

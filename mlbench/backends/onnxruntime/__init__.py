@@ -1,0 +1,1 @@
+"""ONNX Runtime backend: torch.onnx export (cached), sessions on any provider, placement from profiling."""

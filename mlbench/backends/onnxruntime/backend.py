@@ -1,0 +1,215 @@
+"""The ONNX Runtime backend: cached torch.onnx export, then sessions measured on this machine.
+
+Per variant (one precision × one provider):
+
+1. a session is created and timed (``load_time``), its first run timed apart (``first_call``), then
+   the pipeline's latency loop runs on it (warmup thrown away; median, best, p90, raw samples);
+2. the outputs of that first run are verified against the eager float32 reference;
+3. a *separate* session with profiling on runs the warmup again and ``profile_runs`` more runs;
+   its profile gives placement (which provider ran each node) and per-operator time. Profiling
+   adds overhead to every run, which is why it never shares a session with the latency loop.
+
+A provider this machine's onnxruntime lacks (or cannot start) skips the variant, with the reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlbench import __version__
+from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped
+from mlbench.backends.onnxruntime.target import COREML_COMPUTE_UNITS, GRAPH_OPTIMIZATION, PROVIDERS, \
+    OnnxruntimeTarget, provider_device
+from mlbench.records import ArtifactInfo, Metric
+
+if TYPE_CHECKING:
+    from mlbench.matrix import Variant
+    from mlbench.models import LoadedModel
+
+REFERENCE = "torch/cpu/float32"
+
+
+@dataclass
+class OnnxArtifact:
+    path: Path
+    graph: dict[str, Any]  # export.graph_summary of the saved file
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def artifact_key_inputs(model: LoadedModel, precision: str, opset: int | None) -> dict:
+    """Everything that shapes the .onnx file. Providers and graph_optimization are chosen when a session
+    is created, so they are absent."""
+    return {
+        "backend": "onnxruntime",
+        "format": "onnx",
+        "model_digest": model.digest,
+        "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
+        "options": {"precision": precision, "opset": opset},
+        "versions": {"torch": _version("torch"), "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime"),
+                     "mlbench": __version__},
+    }
+
+
+def static_metrics(artifact: OnnxArtifact, size_bytes: int) -> dict[str, Metric]:
+    """Figures read from the saved graph, named as the Core ML backend names its own."""
+    graph = artifact.graph
+    return {
+        "size.package": Metric.measured(size_bytes, "bytes"),
+        "ops.compute": Metric.measured(graph["compute_nodes"], "count"),
+        "size.weights": Metric.measured(graph["weight_bytes"], "bytes"),
+        "params": Metric.measured(graph["params"], "count"),
+        "macs": Metric.absent("count", "not analysed for ONNX graphs"),
+    }
+
+
+class OnnxruntimeBackend(Backend):
+    name = "onnxruntime"
+    target: OnnxruntimeTarget
+
+    def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        from mlbench.backends.onnxruntime.export import export_onnx, graph_summary
+        from mlbench.cache import BuildResult
+        from mlbench.hashing import artifact_key
+
+        precision = variant.axis("precision")
+        key_inputs = artifact_key_inputs(model, precision, self.target.opset)
+        output_names = [name for name, _ in model.reference]
+
+        def build(tmp: Path) -> BuildResult:
+            result = export_onnx(model.module, model.example_inputs, model.input_names, output_names,
+                                 precision=precision, opset=self.target.opset, dest=tmp)
+            return BuildResult(result.artifact.name, {
+                "export_path": result.export_path, "fallback_reason": result.fallback_reason,
+                "opset": result.opset, "float16_conversion": result.float16_conversion,
+                "export_seconds": result.seconds, "warnings": result.warnings,
+                "label": variant.artifact_id,  # for `mlbench cache ls` only
+            })
+
+        entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)
+        graph = graph_summary(entry.artifact_path)
+        meta = entry.meta
+        info = ArtifactInfo(key=entry.key, cache_hit=hit, export_seconds=meta.get("export_seconds", 0.0),
+                            path=str(entry.artifact_path), size_bytes=entry.size_bytes,
+                            export_path=meta.get("export_path"))
+        details: dict[str, Any] = {
+            "onnx_graph": graph,
+            "export": {k: meta.get(k) for k in ("opset", "fallback_reason", "float16_conversion", "warnings")},
+        }
+        return Exported(payload=OnnxArtifact(entry.artifact_path, graph), info=info, details=details)
+
+    # -- measuring --------------------------------------------------------------------------
+
+    def _session_options(self, ort: Any, *, profile_prefix: str | None = None) -> Any:
+        options = ort.SessionOptions()
+        options.graph_optimization_level = getattr(ort.GraphOptimizationLevel,
+                                                   GRAPH_OPTIMIZATION[self.target.graph_optimization])
+        options.intra_op_num_threads = self.target.intra_op_threads or 0  # 0: onnxruntime's default
+        options.log_severity_level = 3  # errors only: provider warnings would flood the console
+        if profile_prefix is not None:
+            options.enable_profiling = True
+            options.profile_file_prefix = profile_prefix
+        return options
+
+    def _providers(self, provider: str) -> list[Any]:
+        """The requested provider, then the CPU provider for the nodes it cannot take."""
+        name = PROVIDERS[provider]
+        if provider == "coreml":
+            options = {"ModelFormat": "MLProgram"}
+            if self.target.coreml_compute_units:
+                options["MLComputeUnits"] = COREML_COMPUTE_UNITS[self.target.coreml_compute_units]
+            first: Any = (name, options)
+        else:
+            first = name
+        return [first] if name == "CPUExecutionProvider" else [first, "CPUExecutionProvider"]
+
+    def _session(self, ort: Any, path: Path, provider: str, options: Any) -> Any:
+        session = ort.InferenceSession(str(path), options, providers=self._providers(provider))
+        if PROVIDERS[provider] not in session.get_providers():
+            raise VariantSkipped(f"onnxruntime could not start {PROVIDERS[provider]} on this machine "
+                                 f"(the session got {', '.join(session.get_providers())})")
+        return session
+
+    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        import onnxruntime as ort
+
+        from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
+        from mlbench.measure import time_calls, time_once
+        from mlbench.verify import compare_outputs
+
+        artifact: OnnxArtifact = exported.payload
+        precision, provider = variant.axis("precision"), variant.axis("providers")
+        ort_name = PROVIDERS[provider]
+        available = ort.get_available_providers()
+        if ort_name not in available:
+            raise VariantSkipped(f"onnxruntime {ort.__version__} on this machine has no {ort_name} "
+                                 f"(available: {', '.join(available)})")
+        metrics = static_metrics(artifact, exported.info.size_bytes if exported.info else 0)
+
+        load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
+        feed = _feed(session, model)
+        first_ms, first_outputs = time_once(lambda: session.run(None, feed))
+        settings = self.config.latency
+        latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
+                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
+                             threads=self.target.intra_op_threads)
+        del session
+
+        verify = compare_outputs(model.reference, [o for o in first_outputs],
+                                 tolerance=self.config.verify.tolerance_for(precision), reference_name=REFERENCE)
+
+        warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
+        folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))
+        try:
+            options = self._session_options(ort, profile_prefix=str(folder / "profile"))
+            profiled = self._session(ort, artifact.path, provider, options)
+            for _ in range(warmup_runs + self.target.profile_runs):
+                profiled.run(None, feed)
+            profile = parse_profile(load_events(profiled.end_profiling()), skip_runs=warmup_runs)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        if latency.threads is None and profile.threads is not None:
+            latency = latency.model_copy(update={"threads": profile.threads})
+
+        placement = build_placement(profile, constants=artifact.graph["initializers"] + artifact.graph["constant_nodes"],
+                                    preferred_provider=ort_name, precision=precision)
+        metrics.update({
+            "load_time": Metric.measured(load_ms, "ms"),
+            "first_call": Metric.measured(first_ms, "ms"),
+            "latency.median": Metric.measured(latency.median, "ms"),
+            "latency.best": Metric.measured(latency.best, "ms"),
+            "latency.p90": Metric.measured(latency.p90, "ms"),
+            "verify.max_abs": Metric.measured(verify.max_abs, "abs"),
+            "verify.max_rel": Metric.measured(verify.max_rel, "rel"),
+        })
+        for device, share in sorted(placement.by_count.items()):
+            metrics[f"placement.{device}"] = Metric.measured(share, "ratio")
+        metrics["placement.switches"] = Metric.measured(placement.switches, "count")
+        details = {
+            "op_time": op_time_tables(profile),
+            "session": {"provider": ort_name, "device": provider_device(ort_name),
+                        "graph_optimization": self.target.graph_optimization,
+                        "intra_op_threads": latency.threads,
+                        "threads_source": "configured" if self.target.intra_op_threads else "onnxruntime profile",
+                        "onnxruntime": ort.__version__},
+        }
+        return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
+
+
+def _feed(session: Any, model: LoadedModel) -> dict[str, Any]:
+    """The model's seeded inputs by the session's input names (float16 graphs keep float32 inputs)."""
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(model.example_inputs):
+        raise ValueError(f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}); "
+                         f"the model has {len(model.example_inputs)}")
+    return {name: tensor.detach().cpu().numpy() for name, tensor in zip(names, model.example_inputs)}

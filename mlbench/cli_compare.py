@@ -1,0 +1,266 @@
+"""`mlbench compare` and `mlbench history`: the command-line side of compare.py and history.py.
+
+`register(subparsers)` adds both commands to the main parser. Exit codes of compare: 0 no
+regression, 1 a regression, 2 bad input (a missing file, a bad rule, an unknown run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from mlbench.errors import UserError
+
+HISTORY_HELP = ("run history database (default: the --pipeline file's history, else $MLBENCH_HISTORY, "
+                "else mlbench-history.sqlite beside the default cache folder)")
+
+
+def _db_path(args: argparse.Namespace, pipeline) -> Path:
+    from mlbench.history import default_history_path
+
+    if args.db:
+        return Path(args.db)
+    if pipeline is not None:
+        return pipeline.history_path
+    return default_history_path()
+
+
+def _pipeline(args: argparse.Namespace):
+    if not args.pipeline:
+        return None
+    from mlbench.config import load_pipeline
+
+    return load_pipeline(args.pipeline)
+
+
+def _read_report(path: Path):
+    import json
+
+    from pydantic import ValidationError
+
+    from mlbench.config import format_where
+    from mlbench.records import RunReport
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot read: {reason[:1].lower()}{reason[1:]}", file=path) from None
+    except UnicodeDecodeError:
+        raise UserError("not an mlbench report: not UTF-8 text", file=path) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise UserError(f"not an mlbench report: invalid JSON at line {exc.lineno} column {exc.colno}",
+                        file=path) from None
+    try:
+        return RunReport.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = format_where(tuple(first["loc"])) or "top level"
+        raise UserError(f"not an mlbench report: {where}: {first['msg']}", file=path) from None
+
+
+def _is_reference(text: str) -> bool:
+    from mlbench.history import REFERENCES
+
+    return text in REFERENCES or re.fullmatch(r"[0-9a-f]{4,64}", text) is not None
+
+
+class _Operand:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        path = Path(text)
+        if path.is_dir():
+            path = path / "report.json"
+        self.path = path if path.exists() or not _is_reference(text) else None
+        self.report = None
+        self.commit: str | None = None
+
+    def load_file(self) -> None:
+        if self.path is None:
+            return
+        if not self.path.exists():
+            raise UserError(f"{self.text}: no such report file, and not a history reference "
+                            "(last, last-on-this-machine or a run id)")
+        self.report = _read_report(self.path)
+
+    def load_reference(self, db: Path, pipeline_name: str | None, exclude: tuple[str, ...]) -> None:
+        from mlbench.history import resolve
+
+        self.report, row = resolve(db, self.text, pipeline=pipeline_name, exclude=exclude)
+        self.commit = row.git_commit
+        self.text = f"{self.text} (history {db})"
+
+
+def _commit_from_history(db: Path, run_id: str) -> str | None:
+    if not db.exists():
+        return None
+    try:
+        from mlbench.history import load_report
+
+        return load_report(db, run_id)[1].git_commit
+    except UserError:
+        return None
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from mlbench.compare import DEFAULT_RULES, RuleError, compare, parse_rules
+    from mlbench.history import HistoryError
+
+    pipeline = _pipeline(args)
+    texts = args.fail_on or (list(pipeline.config.report.gate) if pipeline is not None else []) or list(DEFAULT_RULES)
+    try:
+        rules = parse_rules(texts)
+    except RuleError as exc:
+        raise UserError(f"--fail-on: {exc}") from None
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha: {args.alpha:g} is not between 0 and 1")
+
+    db = _db_path(args, pipeline)
+    base, head = _Operand(args.base), _Operand(args.head)
+    base.load_file()
+    head.load_file()
+    name = pipeline.config.name if pipeline is not None else None
+    if head.report is None:
+        other = base.report
+        head.load_reference(db, name or (other.pipeline.name if other else None),
+                            (other.run_id,) if other else ())
+    if base.report is None:
+        try:
+            base.load_reference(db, name or head.report.pipeline.name, (head.report.run_id,))
+        except HistoryError as exc:
+            if not args.allow_missing_base:
+                raise
+            print(f"## mlbench compare: {head.report.pipeline.name}\n\nNothing to compare with: {exc.what} "
+                  f"({db}). This run is the first; later runs compare against it.")
+            return 0
+    for operand in (base, head):
+        if operand.commit is None:
+            operand.commit = _commit_from_history(db, operand.report.run_id)
+
+    comparison = compare(base.report, head.report, rules, alpha=args.alpha, base_label=base.text,
+                         head_label=head.text, base_commit=base.commit, head_commit=head.commit)
+    if args.format == "json":
+        print(comparison.model_dump_json(indent=2))
+    else:
+        from mlbench.report.compare_markdown import render_comparison_markdown
+
+        print(render_comparison_markdown(comparison), end="")
+    return 1 if comparison.regressed else 0
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float]) -> str:
+    if not values:
+        return ""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return SPARKS[3] * len(values)
+    return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
+
+
+def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
+            for r in rows]
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    from mlbench.compare import RULE_METRICS, _fmt
+    from mlbench.config_base import suggest
+    from mlbench.history import list_runs, metric_series
+
+    pipeline = _pipeline(args)
+    db = _db_path(args, pipeline)
+    name = pipeline.config.name if pipeline is not None else args.name
+    runs = list_runs(db, pipeline=name, model=args.model, limit=args.limit)
+    scope = "".join([f" of pipeline {name}" if name else "", f" with model {args.model}" if args.model else ""])
+    if not runs:
+        print(f"no runs{scope} in {db}")
+        return 0
+    print(f"{len(runs)} runs{scope} in {db}, oldest first")
+    rows = [["run", "created", "pipeline", "commit", "machine", "ok", "failed", "skipped"]]
+    for r in runs:
+        rows.append([r.run_id, r.created, r.pipeline_name, (r.git_commit or "–")[:10], r.machine_words[:40],
+                     *(str(r.summary.get(s, 0)) for s in ("ok", "failed", "skipped"))])
+    print("\n".join(_table(rows, right={5, 6, 7})))
+
+    series = metric_series(db, args.metric, pipeline=name, model=args.model, limit=args.limit)
+    if not series:
+        hint = suggest(args.metric, list(RULE_METRICS))
+        print(f"\nno figures of {args.metric} in these runs{hint}")
+        return 0
+    rows = [["variant", "runs", "first", "last", "change", "trend"]]
+    for variant_id, points in series.items():
+        values = [p for p in points if p.value is not None]
+        if not values:
+            rows.append([variant_id, "0", "–", "–", "–", ""])
+            continue
+        first, last = values[0], values[-1]
+        change = f"{(last.value / first.value - 1) * 100:+.1f}%" if first.value else "–"
+        mark = lambda p: "~" if p.source == "estimated" else ""  # noqa: E731
+        rows.append([variant_id, str(len(values)), mark(first) + _fmt(first.value, "ms" if "latency" in args.metric
+                     else ""), mark(last) + _fmt(last.value, "ms" if "latency" in args.metric else ""), change,
+                     sparkline([p.value for p in values])])
+    print(f"\n{args.metric} per variant, oldest → newest (~ estimated):")
+    print("\n".join(_table(rows, right={1, 2, 3, 4})))
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add `compare` and `history` to mlbench's subcommands."""
+    from mlbench.noise import DEFAULT_ALPHA
+
+    p = subparsers.add_parser(
+        "compare", help="compare two runs and gate regressions (exit 1 on a regression)",
+        description="BASE and HEAD are report.json files (or their folders) or history references: last, "
+        "last-on-this-machine, or a run id. Rules: METRIC:+N%%, METRIC:-Npp, METRIC:>N, status:failed; "
+        "default: --fail-on rules, else the --pipeline file's report.gate, else "
+        "latency.median:+10%%, placement.neural_engine:-5pp, status:failed.",
+    )
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("head", metavar="HEAD")
+    p.add_argument("--fail-on", action="append", metavar="RULE", help="a regression rule (repeatable)")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--pipeline", metavar="FILE", help="take gate rules and the history path from this pipeline")
+    p.add_argument("--db", metavar="PATH", help=HISTORY_HELP)
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level of the noise test (default {DEFAULT_ALPHA:g})")
+    p.add_argument("--allow-missing-base", action="store_true",
+                   help="exit 0 with a note when BASE is a history reference and no earlier run exists")
+    p.set_defaults(func=cmd_compare)
+
+    p = subparsers.add_parser("history", help="list recorded runs and a metric's trend per variant")
+    p.add_argument("--model", metavar="M", help="only runs (and variants) of this model")
+    p.add_argument("--metric", default="latency.median", metavar="NAME", help="trend of this metric (default latency.median)")
+    p.add_argument("--pipeline", metavar="FILE", help="only runs of this pipeline, from its history")
+    p.add_argument("--name", metavar="PIPELINE", help="only runs of the pipeline with this name")
+    p.add_argument("--db", metavar="PATH", help=HISTORY_HELP)
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="the newest N runs (default 20)")
+    p.set_defaults(func=cmd_history)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Stand-alone entry (until `mlbench.cli` registers these commands)."""
+    from mlbench.cli import _err, _log_warnings_as_lines
+
+    parser = argparse.ArgumentParser(prog="mlbench")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    _log_warnings_as_lines()
+    try:
+        return args.func(args)
+    except UserError as exc:
+        _err(str(exc))
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,404 @@
+"""Compare two runs: per variant, how each figure moved, and which gate rules the move breaks.
+
+Pure: two `RunReport`s and a list of rules in, a `Comparison` out. Nothing is read or printed here.
+
+Rules (pytest-benchmark style, `METRIC:THRESHOLD`):
+
+    latency.median:+10%        regressed when HEAD is more than 10% above BASE
+    load_time:+25%
+    placement.neural_engine:-5pp   regressed when the fraction falls by more than 5 percentage points
+    placement.switches:+2      regressed when it rises by more than 2 (in the metric's own unit)
+    verify.max_rel:>1e-2       regressed when HEAD's value is above 1e-2, whatever BASE was
+    status:failed              regressed when a variant fails in HEAD but did not in BASE
+                               (also status:skipped, status:gone)
+
+A latency rule counts a change only when the threshold is crossed *and* the noise test on the raw
+samples (`mlbench.noise`) says the two runs differ; a change in the other direction past the same
+threshold is an improvement, under the same test.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlbench.config_base import suggest
+from mlbench.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u
+from mlbench.records import RunRecord, RunReport
+
+# What is compared, in display order. Fractions (unit "ratio") move in percentage points.
+COMPARED = (
+    "latency.median", "latency.best", "load_time",
+    "placement.neural_engine", "placement.gpu", "placement.cpu", "placement.switches",
+    "verify.max_rel", "verify.max_abs", "size.package",
+)
+# Other metrics a rule may name (compared only when a rule asks for them).
+RULE_METRICS = (*COMPARED, "latency.p90", "first_call", "size.weights", "params", "macs")
+FRACTIONS = ("placement.neural_engine", "placement.gpu", "placement.cpu")
+LATENCY = ("latency.median", "latency.best", "latency.p90")
+STATUS_VALUES = ("failed", "skipped", "gone")
+DEFAULT_RULES = ("latency.median:+10%", "placement.neural_engine:-5pp", "status:failed")
+
+Group = Literal["regressed", "improved", "unchanged", "new", "gone"]
+GROUPS: tuple[Group, ...] = ("regressed", "improved", "unchanged", "new", "gone")
+
+_THRESHOLD = re.compile(r"^(?P<op>[+-]|[<>])(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>%|pp)?$")
+
+
+class RuleError(ValueError):
+    """A rule that cannot be parsed; the message is one line and names the rule."""
+
+
+class Rule(BaseModel):
+    """One parsed gate rule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    text: str
+    metric: str
+    kind: Literal["relative", "points", "absolute_change", "above", "below", "status"]
+    direction: Literal[1, -1] = Field(default=1, description="+1: a rise is bad; -1: a fall is bad.")
+    threshold: float = 0.0
+    status: str | None = None
+
+    def describe(self) -> str:
+        word = "rises" if self.direction > 0 else "falls"
+        if self.kind == "relative":
+            return f"{self.metric} {word} by more than {self.threshold:g}%"
+        if self.kind == "points":
+            return f"{self.metric} {word} by more than {self.threshold:g} percentage points"
+        if self.kind == "absolute_change":
+            return f"{self.metric} {word} by more than {self.threshold:g}"
+        if self.kind == "above":
+            return f"{self.metric} is above {self.threshold:g}"
+        if self.kind == "below":
+            return f"{self.metric} is below {self.threshold:g}"
+        return f"a variant becomes {self.status}"
+
+
+def parse_rule(text: str) -> Rule:
+    """`latency.median:+10%` → Rule; anything else raises RuleError with a one-line reason."""
+    if not isinstance(text, str):
+        raise RuleError(f"a rule is text like 'latency.median:+10%', got {text!r}")
+    raw = text.strip()
+    metric, sep, threshold = raw.partition(":")
+    metric, threshold = metric.strip(), threshold.strip()
+    if not sep or not metric or not threshold:
+        raise RuleError(f"rule '{raw}' is not METRIC:THRESHOLD (e.g. latency.median:+10%, "
+                        "placement.neural_engine:-5pp, verify.max_rel:>1e-2, status:failed)")
+    if metric == "status":
+        if threshold not in STATUS_VALUES:
+            raise RuleError(f"rule '{raw}': status can be {', '.join(STATUS_VALUES)}, "
+                            f"not '{threshold}'{suggest(threshold, list(STATUS_VALUES))}")
+        return Rule(text=raw, metric="status", kind="status", status=threshold)
+    if metric not in RULE_METRICS:
+        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, list(RULE_METRICS) + ['status'])}")
+    match = _THRESHOLD.match(threshold)
+    if not match:
+        raise RuleError(f"rule '{raw}': threshold '{threshold}' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N")
+    op, number, unit = match["op"], float(match["num"]), match["unit"]
+    if op in "<>":
+        if unit:
+            raise RuleError(f"rule '{raw}': a limit ({op}N) is a plain number in the metric's unit, without {unit}")
+        return Rule(text=raw, metric=metric, kind="above" if op == ">" else "below",
+                    direction=1 if op == ">" else -1, threshold=number)
+    direction = 1 if op == "+" else -1
+    if unit == "pp" and metric not in FRACTIONS:
+        raise RuleError(f"rule '{raw}': percentage points apply to fractions ({', '.join(FRACTIONS)}); use % for {metric}")
+    if unit == "pp" and number > 100:
+        raise RuleError(f"rule '{raw}': a fraction cannot move by more than 100 percentage points")
+    kind = {"%": "relative", "pp": "points", None: "absolute_change"}[unit]
+    return Rule(text=raw, metric=metric, kind=kind, direction=direction, threshold=number)
+
+
+def parse_rules(texts: list[str]) -> list[Rule]:
+    return [parse_rule(t) for t in texts]
+
+
+# ---------------------------------------------------------------------------------------------
+# The comparison model
+
+
+class RunRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    created: str
+    pipeline: str
+    pipeline_sha256: str
+    machine: str = Field(description="OS, architecture and CPU, in words.")
+    git_commit: str | None = None
+    label: str = Field(description="Where it came from: a file path or a history reference.")
+
+
+class MetricDelta(BaseModel):
+    """One figure in both runs and how it moved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str
+    unit: str
+    base: float | None
+    head: float | None
+    base_source: str | None
+    head_source: str | None
+    ratio: float | None = Field(description="head / base, when both are there and base is not 0.")
+    points: float | None = Field(default=None, description="For fractions: (head - base) × 100.")
+    change: float | None = Field(description="head - base, in the metric's unit.")
+    noise: NoiseTest | None = None
+    note: str | None = Field(default=None, description="Why it is not compared, or a caveat (e.g. sources differ).")
+
+
+class Finding(BaseModel):
+    """A rule a variant broke (regression) or beat by the same margin (improvement)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rule: str
+    metric: str
+    kind: Literal["regression", "improvement"]
+    message: str
+    noise: str | None = Field(default=None, description="The noise test's verdict, for latency rules.")
+
+
+class VariantComparison(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    variant_id: str
+    model: str
+    group: Group
+    base_status: str | None
+    head_status: str | None
+    deltas: list[MetricDelta]
+    findings: list[Finding]
+    held_back: list[str] = Field(default_factory=list,
+                                 description="Threshold crossings the noise test did not confirm.")
+
+
+class Comparison(BaseModel):
+    """Two runs, variant by variant; `regressed` decides the exit code of `mlbench compare`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base: RunRef
+    head: RunRef
+    rules: list[str]
+    noise_test: str = Field(description="The test that guards latency rules against noise.")
+    alpha: float
+    variants: list[VariantComparison]
+    warnings: list[str]
+    regressed: bool
+    counts: dict[str, int]
+
+
+
+def machine_words(machine: dict) -> str:
+    parts = [machine.get("os"), machine.get("arch"), machine.get("cpu")]
+    return " ".join(str(p) for p in parts if p) or "unknown machine"
+
+
+def machine_key(machine: dict) -> tuple:
+    """What makes two runs' machines alike: OS, architecture, CPU model and count (not the hostname,
+    so two ephemeral CI runners of one kind count as one machine)."""
+    return (machine.get("os"), machine.get("arch"), machine.get("cpu"), machine.get("cpu_count"))
+
+
+def run_ref(report: RunReport, label: str, git_commit: str | None = None) -> RunRef:
+    return RunRef(run_id=report.run_id, created=report.created, pipeline=report.pipeline.name,
+                  pipeline_sha256=report.pipeline.sha256, machine=machine_words(report.machine),
+                  git_commit=git_commit, label=label)
+
+
+def _samples(record: RunRecord) -> list[float] | None:
+    return list(record.latency.samples) if record.latency is not None else None
+
+
+def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> MetricDelta | None:
+    b, h = base.metrics.get(metric), head.metrics.get(metric)
+    if b is None and h is None:
+        return None
+    unit = (h or b).unit
+    bv = b.value if b is not None else None
+    hv = h.value if h is not None else None
+    note = None
+    if bv is None or hv is None:
+        missing = [(side, m) for side, m in (("base", b), ("head", h)) if m is None or m.value is None]
+        note = "; ".join(f"{side}: {m.reason if m is not None else 'not reported'}" for side, m in missing)
+        return MetricDelta(metric=metric, unit=unit, base=bv, head=hv, base_source=b.source if b else None,
+                           head_source=h.source if h else None, ratio=None, change=None, note=note)
+    if b.source != h.source:
+        note = f"base is {b.source}, head is {h.source}"
+    noise = None
+    if metric in LATENCY and b.source == "measured" and h.source == "measured":
+        bs, hs = _samples(base), _samples(head)
+        if bs is None or hs is None:
+            noise = NoiseTest(test=TEST_NAME, n_base=len(bs or []), n_head=len(hs or []), u=None, p_value=None,
+                              alpha=alpha, significant=False, reason="a run kept no raw samples")
+        else:
+            noise = mann_whitney_u(bs, hs, alpha)
+    return MetricDelta(
+        metric=metric, unit=unit, base=bv, head=hv, base_source=b.source, head_source=h.source,
+        ratio=(hv / bv) if bv else None, points=(hv - bv) * 100 if metric in FRACTIONS else None,
+        change=hv - bv, noise=noise, note=note,
+    )
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "ratio":
+        return f"{value * 100:.1f}%"
+    if unit == "ms":
+        return f"{value:.3f} ms" if value < 1 else f"{value:.2f} ms"
+    if unit == "s":
+        return f"{value:.3f} s"
+    if unit == "bytes":
+        from mlbench.units import human_bytes
+
+        return human_bytes(int(value))
+    return f"{value:.3g}" if isinstance(value, float) and not float(value).is_integer() else f"{value:g}"
+
+
+def describe_change(d: MetricDelta) -> str:
+    if d.base is None or d.head is None:
+        return "not comparable"
+    if d.points is not None:
+        return f"{d.points:+.1f} pp"
+    if d.ratio is not None and d.unit in ("ms", "s", "bytes"):
+        return f"{(d.ratio - 1) * 100:+.1f}%"
+    if d.ratio is not None:
+        return f"×{d.ratio:.3g}"
+    return f"{d.change:+g}"
+
+
+def _crossing(rule: Rule, d: MetricDelta) -> int:
+    """+1: the change breaks the rule; -1: it beats it by the same margin; 0: neither."""
+    if d.head is None:
+        return 0
+    if rule.kind == "above":  # a limit needs only HEAD's value
+        bad_now, bad_before = d.head > rule.threshold, d.base is not None and d.base > rule.threshold
+        return 1 if bad_now else (-1 if bad_before else 0)
+    if rule.kind == "below":
+        bad_now, bad_before = d.head < rule.threshold, d.base is not None and d.base < rule.threshold
+        return 1 if bad_now else (-1 if bad_before else 0)
+    if d.base is None:
+        return 0
+    if rule.kind == "relative":
+        if not d.base:
+            return 0
+        moved = (d.head / d.base - 1) * 100 * rule.direction
+    elif rule.kind == "points":
+        moved = (d.head - d.base) * 100 * rule.direction
+    else:
+        moved = (d.head - d.base) * rule.direction
+    if moved > rule.threshold + 1e-12:
+        return 1
+    if -moved > rule.threshold + 1e-12:
+        return -1
+    return 0
+
+
+def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str]) -> None:
+    crossing = _crossing(rule, d)
+    if not crossing:
+        return
+    kind = "regression" if crossing > 0 else "improvement"
+    mark = lambda source: "~" if source == "estimated" else ""  # noqa: E731  (estimates say so)
+    message = (f"{mark(d.base_source)}{_fmt(d.base, d.unit)} → {mark(d.head_source)}{_fmt(d.head, d.unit)} "
+               f"({describe_change(d)})")
+    if d.note:
+        message += f"; {d.note}"
+    verdict = None
+    if d.noise is not None:
+        verdict = d.noise.describe()
+        if d.noise.p_value is not None and not d.noise.significant:
+            held_back.append(f"{rule.text}: {message}, but {verdict}")
+            return
+    findings.append(Finding(rule=rule.text, metric=rule.metric, kind=kind, message=message, noise=verdict))
+
+
+def _status_finding(rule: Rule, base: RunRecord | None, head: RunRecord | None) -> Finding | None:
+    before = base.status if base is not None else None
+    after = head.status if head is not None else "gone"
+    if after == rule.status and before != rule.status:
+        detail = f"{before or 'new'} → {after}"
+        if head is not None and head.error:
+            detail += f": {head.error}"
+        return Finding(rule=rule.text, metric="status", kind="regression", message=detail)
+    if before == rule.status and after not in (rule.status, "gone"):
+        return Finding(rule=rule.text, metric="status", kind="improvement", message=f"{before} → {after}")
+    return None
+
+
+def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *, alpha: float = DEFAULT_ALPHA,
+            base_label: str = "base", head_label: str = "head", base_commit: str | None = None,
+            head_commit: str | None = None) -> Comparison:
+    """Match variants by id and judge every rule; see the module docstring for the rule forms."""
+    rules = list(rules) if rules is not None else parse_rules(list(DEFAULT_RULES))
+    metrics = list(COMPARED) + [r.metric for r in rules if r.kind != "status" and r.metric not in COMPARED]
+    base_by_id = {r.variant_id: r for r in base.records}
+    head_by_id = {r.variant_id: r for r in head.records}
+    order = [r.variant_id for r in head.records] + [v for v in base_by_id if v not in head_by_id]
+
+    variants: list[VariantComparison] = []
+    for variant_id in order:
+        b, h = base_by_id.get(variant_id), head_by_id.get(variant_id)
+        deltas: list[MetricDelta] = []
+        findings: list[Finding] = []
+        held_back: list[str] = []
+        if b is not None and h is not None:
+            for metric in metrics:
+                d = _delta(metric, b, h, alpha)
+                if d is not None:
+                    deltas.append(d)
+            by_metric = {d.metric: d for d in deltas}
+            for rule in rules:
+                if rule.kind != "status" and rule.metric in by_metric:
+                    _check(rule, by_metric[rule.metric], findings, held_back)
+        elif h is not None:  # new: limits still apply to its own figures
+            for rule in rules:
+                if rule.kind in ("above", "below") and rule.metric in h.metrics:
+                    d = _delta(rule.metric, h.model_copy(update={"metrics": {}}), h, alpha)
+                    if d is not None and d.head is not None:
+                        _check(rule, d, findings, held_back)
+        for rule in rules:
+            if rule.kind == "status":
+                finding = _status_finding(rule, b, h)
+                if finding is not None:
+                    findings.append(finding)
+        if any(f.kind == "regression" for f in findings):
+            group: Group = "regressed"
+        elif b is None:
+            group = "new"
+        elif h is None:
+            group = "gone"
+        elif findings:
+            group = "improved"
+        else:
+            group = "unchanged"
+        ref = h or b
+        variants.append(VariantComparison(
+            variant_id=variant_id, model=ref.model, group=group, base_status=b.status if b else None,
+            head_status=h.status if h else None, deltas=deltas, findings=findings, held_back=held_back,
+        ))
+
+    warnings = []
+    if machine_key(base.machine) != machine_key(head.machine):
+        warnings.append(f"the runs are from different machines ({machine_words(base.machine)} vs "
+                        f"{machine_words(head.machine)}): latency differences may be the machine's")
+    if base.pipeline.name != head.pipeline.name:
+        warnings.append(f"the runs are of different pipelines ({base.pipeline.name} vs {head.pipeline.name})")
+    elif base.pipeline.sha256 != head.pipeline.sha256:
+        warnings.append("the pipeline file changed between the runs")
+    if head.finished is None or base.finished is None:
+        warnings.append("a run was interrupted: its report is partial")
+    counts = {g: sum(v.group == g for v in variants) for g in GROUPS}
+    return Comparison(
+        base=run_ref(base, base_label, base_commit), head=run_ref(head, head_label, head_commit),
+        rules=[r.text for r in rules],
+        noise_test=f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}: a latency rule counts a "
+        "change only when the threshold is crossed and the test finds the samples differ",
+        alpha=alpha, variants=variants, warnings=warnings, regressed=counts["regressed"] > 0, counts=counts,
+    )

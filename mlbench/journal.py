@@ -1,0 +1,81 @@
+"""The run journal: one JSON line per finished piece of work, flushed to disk as it completes.
+
+A `kill -9` at any moment loses no finished record: each line is written whole and fsynced before
+the run goes on, and a line cut short by a crash is ignored when the journal is read back.
+`mlbench run --resume` reads it to skip the variants it already holds.
+
+Lines: {"run": {...}} first (run id, pipeline sha256), then {"record": RunRecord} and
+{"artifact": {"key": ..., "details": ...}} in completion order; {"resumed": {...}} marks a restart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlbench.errors import UserError
+from mlbench.records import RunRecord
+
+
+@dataclass
+class JournalContents:
+    header: dict[str, Any]
+    records: dict[str, RunRecord] = field(default_factory=dict)  # variant id → its latest record
+    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+
+class Journal:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _append(self, entry: dict[str, Any], mode: str = "a") -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(entry, separators=(",", ":")) + "\n"
+        with open(self.path, mode, encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def start(self, header: dict[str, Any]) -> None:
+        """Begin a new journal (an old one is replaced)."""
+        self._append({"run": header}, mode="w")
+
+    def resumed(self, info: dict[str, Any]) -> None:
+        self._append({"resumed": info})
+
+    def record(self, record: RunRecord) -> None:
+        self._append({"record": json.loads(record.model_dump_json())})
+
+    def artifact(self, key: str, details: dict[str, Any]) -> None:
+        self._append({"artifact": {"key": key, "details": details}})
+
+    def load(self) -> JournalContents:
+        """What the journal holds; a line cut short by a crash (or garbage) is skipped and counted."""
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            raise UserError("no journal to resume from; run without --resume", file=self.path) from None
+        contents: JournalContents | None = None
+        skipped = 0
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+                if "run" in entry and contents is None:
+                    contents = JournalContents(header=entry["run"])
+                elif contents is not None and "record" in entry:
+                    record = RunRecord.model_validate(entry["record"])
+                    contents.records[record.variant_id] = record
+                elif contents is not None and "artifact" in entry:
+                    contents.artifacts[entry["artifact"]["key"]] = entry["artifact"]["details"]
+                elif "resumed" not in entry:
+                    skipped += 1
+            except (ValueError, KeyError, TypeError):
+                skipped += 1
+        if contents is None:
+            raise UserError("the journal has no run header; run without --resume", file=self.path)
+        contents.skipped_lines = skipped
+        return contents

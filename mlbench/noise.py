@@ -1,0 +1,109 @@
+"""The noise guard: is a latency change between two runs more than the noise in their raw samples?
+
+A median can move 10% on a busy laptop without the model changing at all. Before a latency rule
+counts a change, `mann_whitney_u` asks whether the two runs' samples could come from one
+distribution. The test is rank-based (no assumption of normal timings, robust to the long right
+tail timings have), two-sided, and exact for small samples without ties (normal approximation
+with tie and continuity corrections otherwise) — the same choices as `scipy.stats.mannwhitneyu`'s
+`method="auto"`, computed here with numpy so the guard adds no dependency.
+
+numpy is imported inside the functions: this module is reachable from the pipeline config, and
+`mlbench validate` must not import numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TEST_NAME = "Mann–Whitney U"
+DEFAULT_ALPHA = 0.01
+MIN_SAMPLES = 5
+EXACT_LIMIT = 8  # both samples smaller than this and no ties: exact distribution
+
+
+class NoiseTest(BaseModel):
+    """The outcome of the noise test on two runs' raw latency samples."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    test: str = Field(description="Which test ran, e.g. 'Mann–Whitney U (two-sided, exact)'.")
+    n_base: int
+    n_head: int
+    u: float | None = Field(description="U statistic of the head samples; null when the test could not run.")
+    p_value: float | None = Field(description="Two-sided p-value; null when the test could not run.")
+    alpha: float = Field(description="Significance level: the change is real when p_value < alpha.")
+    significant: bool = Field(description="True when the samples differ beyond noise.")
+    reason: str | None = Field(default=None, description="Why the test could not run.")
+
+    def describe(self) -> str:
+        if self.p_value is None:
+            return f"no noise test: {self.reason}"
+        verdict = "beyond noise" if self.significant else "within noise"
+        return f"{self.test}: p={self.p_value:.2g} ({verdict}, α={self.alpha:g}, n={self.n_base}/{self.n_head})"
+
+
+def _u_counts(m: int, n: int) -> tuple[int, ...]:
+    """How many orderings of m + n distinct values give each U (pairs where an m-value is larger).
+
+    The largest value is either one of the m (it beats all n others) or one of the n:
+    f(m, n, k) = f(m - 1, n, k - n) + f(m, n - 1, k).
+    """
+    if m == 0 or n == 0:
+        return (1,)
+    with_m = _u_counts(m - 1, n)
+    with_n = _u_counts(m, n - 1)
+    counts = [0] * (m * n + 1)
+    for k, c in enumerate(with_m):
+        counts[k + n] += c
+    for k, c in enumerate(with_n):
+        counts[k] += c
+    return tuple(counts)
+
+
+def _exact_p(u: float, m: int, n: int) -> float:
+    """Two-sided exact p-value of U for samples without ties (small samples only)."""
+    counts = _u_counts(m, n)
+    low = min(u, m * n - u)
+    return min(1.0, 2 * sum(counts[: int(math.floor(low + 1e-9)) + 1]) / sum(counts))
+
+
+def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = DEFAULT_ALPHA) -> NoiseTest:
+    """Two-sided Mann–Whitney U test of `head` against `base` samples."""
+    n1, n2 = len(head), len(base)
+    if min(n1, n2) < MIN_SAMPLES:
+        return NoiseTest(test=TEST_NAME, n_base=n2, n_head=n1, u=None, p_value=None, alpha=alpha,
+                         significant=False, reason=f"too few raw samples ({n2} and {n1}; the test needs "
+                         f"{MIN_SAMPLES} on each side)")
+    import numpy as np
+
+    x = np.asarray(head, dtype=np.float64)
+    y = np.asarray(base, dtype=np.float64)
+    both = np.concatenate([x, y])
+    order = np.argsort(both, kind="mergesort")
+    ranks = np.empty(len(both))
+    sorted_values = both[order]
+    # average ranks over ties
+    _, first, counts = np.unique(sorted_values, return_index=True, return_counts=True)
+    avg = first + (counts + 1) / 2.0
+    ranks[order] = np.repeat(avg, counts)
+    u = float(ranks[:n1].sum() - n1 * (n1 + 1) / 2)
+    ties = bool((counts > 1).any())
+    if n1 < EXACT_LIMIT and n2 < EXACT_LIMIT and not ties:
+        p = _exact_p(u, n1, n2)
+        method = "two-sided, exact"
+    else:
+        n = n1 + n2
+        mu = n1 * n2 / 2
+        tie_term = float(((counts.astype(np.float64) ** 3) - counts).sum()) / (n * (n - 1))
+        sigma = math.sqrt(n1 * n2 / 12 * ((n + 1) - tie_term))
+        if sigma == 0:
+            p = 1.0
+        else:
+            z = (abs(u - mu) - 0.5) / sigma
+            p = min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+        method = "two-sided, normal approximation"
+    return NoiseTest(test=f"{TEST_NAME} ({method})", n_base=n2, n_head=n1, u=u, p_value=p, alpha=alpha,
+                     significant=p < alpha)

@@ -1,0 +1,97 @@
+"""A comparison as Markdown: verdict first, then variants grouped regressed / improved / unchanged /
+new / gone — ready for a pull-request comment or `$GITHUB_STEP_SUMMARY`."""
+
+from __future__ import annotations
+
+from mlbench.compare import Comparison, MetricDelta, RunRef, VariantComparison, _fmt, describe_change
+
+TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
+SUMMARY_METRICS = ("latency.median", "placement.neural_engine", "verify.max_rel")
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _ref(label: str, ref: RunRef) -> str:
+    commit = f", commit `{ref.git_commit[:10]}`" if ref.git_commit else ""
+    return f"- **{label}**: run `{ref.run_id}` of `{ref.pipeline}` ({ref.created}{commit}; {ref.machine}) from `{ref.label}`"
+
+
+def _value(d: MetricDelta, side: str) -> str:
+    value = d.base if side == "base" else d.head
+    source = d.base_source if side == "base" else d.head_source
+    return ("~" if source == "estimated" else "") + _fmt(value, d.unit)
+
+
+def _noise(d: MetricDelta) -> str:
+    if d.noise is None:
+        return ""
+    if d.noise.p_value is None:
+        return "no test"
+    return f"p={d.noise.p_value:.2g}"
+
+
+def _summary_row(v: VariantComparison) -> str:
+    by_metric = {d.metric: d for d in v.deltas}
+    cells = [f"`{v.variant_id}`", f"{v.base_status or '–'} → {v.head_status or '–'}"]
+    for name in SUMMARY_METRICS:
+        d = by_metric.get(name)
+        if d is None or (d.base is None and d.head is None):
+            cells.append("–")
+            continue
+        text = f"{_value(d, 'base')} → {_value(d, 'head')}"
+        if d.base is not None and d.head is not None:
+            text += f" ({describe_change(d)}"
+            text += f", {_noise(d)})" if _noise(d) else ")"
+        cells.append(text)
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def render_comparison_markdown(comparison: Comparison) -> str:
+    c = comparison
+    counts = ", ".join(f"{n} {g}" for g, n in c.counts.items() if n)
+    verdict = ("**Regression**: " + ", ".join(f"`{v.variant_id}`" for v in c.variants if v.group == "regressed")
+               if c.regressed else "**No regression**")
+    lines = [f"## mlbench compare: {c.base.pipeline}", "", f"{verdict} ({counts}).", "",
+             _ref("Base", c.base), _ref("Head", c.head), "",
+             "Rules: " + ", ".join(f"`{r}`" for r in c.rules) + ".",
+             f"Noise guard: {c.noise_test}.", ""]
+    for warning in c.warnings:
+        lines.append(f"> warning: {warning}")
+    if c.warnings:
+        lines.append("")
+
+    for group in ("regressed", "improved"):
+        members = [v for v in c.variants if v.group == group]
+        if not members:
+            continue
+        lines += [f"### {TITLES[group]} ({len(members)})", "", "| variant | rule | change | noise test |",
+                  "|---|---|---|---|"]
+        for v in members:
+            for f in v.findings:
+                if group == "regressed" and f.kind != "regression":
+                    continue
+                lines.append(f"| `{_cell(v.variant_id)}` | `{_cell(f.rule)}` | {_cell(f.message)} | "
+                             f"{_cell(f.noise or '–')} |")
+        lines.append("")
+
+    header = ["variant", "status", *SUMMARY_METRICS]
+    table_head = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    unchanged = [v for v in c.variants if v.group == "unchanged"]
+    if unchanged:
+        lines += [f"### Unchanged ({len(unchanged)})", "", "<details><summary>figures</summary>", "", *table_head]
+        lines += [_summary_row(v) for v in unchanged]
+        lines += ["", "</details>", ""]
+    for group in ("new", "gone"):
+        members = [v for v in c.variants if v.group == group]
+        if members:
+            lines += [f"### {TITLES[group]} ({len(members)})", ""]
+            lines += [f"- `{v.variant_id}` ({v.head_status or v.base_status})" for v in members]
+            lines.append("")
+    held = [(v, h) for v in c.variants for h in v.held_back]
+    if held:
+        lines += ["### Within noise (not counted)", "",
+                  "These crossed a latency threshold, but the noise test found no difference in the samples:", ""]
+        lines += [f"- `{v.variant_id}`: {_cell(h)}" for v, h in held]
+    return "\n".join(lines).rstrip() + "\n"
