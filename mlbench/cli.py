@@ -61,29 +61,34 @@ def cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _executor_address(text: str | None) -> str | None:
+    """`dask://host:8786` (or a tcp:// address) → the scheduler address Dask takes."""
+    if text is None:
+        return None
+    if text.startswith("dask://"):
+        return "tcp://" + text[len("dask://"):]
+    if text.startswith(("tcp://", "tls://")):
+        return text
+    raise UserError(f"--executor: '{text}' is not a Dask scheduler address; use dask://host:8786")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mlbench.config import load_pipeline
-    from mlbench.runner import Progress, run
+    from mlbench.executors import default_jobs
+    from mlbench.progress import for_terminal
+    from mlbench.runner import run
 
     pipeline = load_pipeline(args.file)
-
-    def on_record(record, done: int, total: int) -> None:
-        if args.quiet:
-            return
-        median = record.metrics.get("latency.median")
-        figure = f"median {median.value:.3f} ms ({median.source})" if median and median.value is not None else ""
-        detail = record.error if record.status != "ok" else figure
-        _err(f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail}".rstrip())
-
-    def on_stage(subject: str, stage: str) -> None:
-        if args.verbose:
-            _err(f"  … {stage} {subject}")
-
+    address = _executor_address(args.executor)
+    jobs = args.jobs if args.jobs is not None else default_jobs()
+    if jobs < 1:
+        raise UserError(f"--jobs must be at least 1, got {jobs}")
+    progress = for_terminal(quiet=args.quiet, verbose=args.verbose)
     try:
-        report = run(pipeline, Progress(on_stage=on_stage, on_record=on_record))
+        report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume)
     except KeyboardInterrupt:
-        _err(f"interrupted: finished records are in {pipeline.report_dir / 'journal.jsonl'}, "
-             f"a partial report beside it")
+        _err(f"interrupted: finished records are kept in {pipeline.report_dir / 'journal.jsonl'} and a partial "
+             f"report beside it; run `mlbench run {args.file} --resume` to finish the rest")
         return 130
     counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     _err(f"{counts}; reports in {pipeline.report_dir}")
@@ -193,7 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("run", help="export, measure and report every variant")
     p.add_argument("file", metavar="FILE")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-variant lines")
-    p.add_argument("-v", "--verbose", action="store_true", help="also print each stage")
+    p.add_argument("-v", "--verbose", action="store_true", help="a plain line per stage instead of the live display")
+    p.add_argument("-j", "--jobs", type=int, metavar="N",
+                   help="export worker processes (default: this machine's cores); measurements always run one at a time")
+    p.add_argument("--executor", metavar="dask://HOST:PORT", help="run on a Dask cluster (overrides the pipeline's executor)")
+    p.add_argument("--resume", action="store_true", help="reuse the finished records of the last run's journal")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("inspect", help="static analysis of a Core ML package (.mlpackage or .mlmodel)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator
+from pydantic import AfterValidator, Field, ValidationError, create_model, field_validator, model_validator
 
 from mlbench.backends import TARGET_MODELS
 from mlbench.backends.coreml.target import NO_OPTIMIZATION, Recipe
@@ -109,6 +109,24 @@ class CacheSettings(StrictModel):
     )
 
 
+class ExecutorSettings(StrictModel):
+    kind: Literal["local", "dask"] = Field(
+        default="local", description="local: this machine (exports in parallel processes); dask: a Dask cluster."
+    )
+    address: str | None = Field(
+        default=None, pattern=r"^(tcp|tls|inproc|ucx|ws|wss)://\S+$",
+        description="The Dask scheduler, e.g. tcp://scheduler:8786 (kind: dask only).",
+    )
+
+    @model_validator(mode="after")
+    def _address_with_dask(self) -> ExecutorSettings:
+        if self.kind == "dask" and self.address is None:
+            raise ValueError("the dask executor needs an address, e.g. tcp://scheduler:8786")
+        if self.kind == "local" and self.address is not None:
+            raise ValueError("an address is only used with kind: dask")
+        return self
+
+
 TargetUnion = Annotated[Union[tuple(TARGET_MODELS)], Field(discriminator="backend")]  # noqa: UP007
 
 
@@ -145,6 +163,7 @@ class PipelineConfig(StrictModel):
     verify: VerifySettings = Field(default_factory=VerifySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
     seed: int = Field(default=0, description="Seed for model weights and inputs: the same file gives the same numbers.")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 T = TypeVar("T")
@@ -74,6 +74,11 @@ class TargetBase(StrictModel):
     """
 
     backend: str
+    runs_on: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        description="With the Dask executor: the worker resource this target's measurements need (e.g. "
+        "apple-m2); workers declare it with --resources apple-m2=1. Exports run anywhere.",
+    )
     axes: ClassVar[tuple[str, ...]] = ()
     artifact_axes: ClassVar[tuple[str, ...]] = ()
 
@@ -87,6 +92,7 @@ class TargetBase(StrictModel):
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""
         data = self.model_dump(mode="json")
-        for name in ("backend", "model", *self.axes):  # an include entry's `model` is not an option
+        # an include entry's `model` is not an option, and where a measurement runs is not either
+        for name in ("backend", "model", "runs_on", *self.axes):
             data.pop(name, None)
         return data

@@ -1,196 +1,137 @@
-"""The pipeline: plan, build each model once, export each artifact once, measure each variant.
+"""The pipeline: plan, export what goes through the cache (in parallel), then measure every
+variant one at a time, journaling each record the moment it is done.
 
-Each finished record is appended to a JSONL journal in the report folder as it completes, so an
-interrupted run loses nothing already measured; the reports are written at the end (or, on
-Ctrl-C, a partial one).
+An interrupted run loses nothing already measured: the journal holds every finished record, a
+partial report is written on Ctrl-C, and `resume=True` runs only what the journal lacks.
 """
 
 from __future__ import annotations
 
-import os
-import time
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from pathlib import Path
 
 from mlbench import __version__
 from mlbench.backends import backend_class
-from mlbench.backends.base import Backend, VariantSkipped
 from mlbench.cache import ArtifactCache
 from mlbench.config import Pipeline
-from mlbench.errors import short_error
+from mlbench.errors import UserError, short_error
+from mlbench.executors import DaskExecutor, LocalExecutor
+from mlbench.journal import Journal
 from mlbench.machine import snapshot
-from mlbench.matrix import Plan, Variant, expand
+from mlbench.matrix import Plan, expand
+from mlbench.progress import Progress
 from mlbench.records import PipelineInfo, RunRecord, RunReport
-
-
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass
-class Progress:
-    """Callbacks for a front end; the runner itself prints nothing."""
-
-    on_stage: Callable[[str, str], None] = lambda subject, stage: None
-    on_record: Callable[[RunRecord, int, int], None] = lambda record, done, total: None
-
-
-@dataclass
-class RunState:
-    pipeline: Pipeline
-    plan: Plan
-    run_id: str
-    created: str
-    records: list[RunRecord] = field(default_factory=list)
-    artifacts: dict[str, dict] = field(default_factory=dict)
-    stage_seconds: dict[str, float] = field(default_factory=lambda: {"load": 0.0, "export": 0.0, "measure": 0.0})
-
-    @contextmanager
-    def timed(self, stage: str) -> Iterator[None]:
-        t0 = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.stage_seconds[stage] += time.perf_counter() - t0
-
-    @property
-    def journal_path(self) -> Path:
-        return self.pipeline.report_dir / "journal.jsonl"
-
-
-def _record(variant: Variant, status: str, started: str, t0: float, **fields) -> RunRecord:
-    return RunRecord(
-        variant_id=variant.id, model=variant.model, backend=variant.backend, axes=dict(variant.axes),
-        artifact_id=variant.artifact_id, status=status, started=started,
-        seconds=round(time.perf_counter() - t0, 6), **fields,
-    )
+from mlbench.work import Finished, WorkContext, WorkSpec, utc_now
 
 
 class Runner:
-    def __init__(self, pipeline: Pipeline, progress: Progress | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1,
+                 executor: str | None = None, resume: bool = False) -> None:
         self.pipeline = pipeline
         self.config = pipeline.config
         self.progress = progress or Progress()
         self.plan = Plan(expand(self.config))
-        self.state = RunState(pipeline, self.plan, run_id=uuid.uuid4().hex[:12], created=utc_now())
-        self._backends: dict[int, Backend] = {}
-        self.cache = ArtifactCache(pipeline.cache_dir)
+        self.spec = WorkSpec(config=self.config.model_dump(mode="json"), base_dir=str(pipeline.base_dir),
+                             cache_dir=str(pipeline.cache_dir))
+        self.ctx = WorkContext(self.config, pipeline.base_dir, ArtifactCache(pipeline.cache_dir))
+        self.journal = Journal(pipeline.report_dir / "journal.jsonl")
+        self.resume = resume
+        self.executor_address = executor or (self.config.executor.address if self.config.executor.kind == "dask"
+                                             else None)
+        self.jobs = jobs
+        self.run_id = uuid.uuid4().hex[:12]
+        self.created = utc_now()
+        self.records: dict[str, RunRecord] = {}
+        self.artifacts: dict[str, dict] = {}
 
-    def _backend(self, variant: Variant) -> Backend:
-        if variant.target_index not in self._backends:
-            targets = [*self.config.targets, *self.config.include]
-            target = targets[variant.target_index]
-            self._backends[variant.target_index] = backend_class(target.backend)(target, self.config, self.cache)
-        return self._backends[variant.target_index]
+    # -- bookkeeping -------------------------------------------------------------------------
 
-    def _finish(self, record: RunRecord) -> None:
-        """Keep the record and append it to the journal, flushed to disk before going on."""
-        self.state.records.append(record)
-        with open(self.state.journal_path, "a", encoding="utf-8") as journal:
-            journal.write(record.model_dump_json() + "\n")
-            journal.flush()
-            os.fsync(journal.fileno())
-        self.progress.on_record(record, len(self.state.records), len(self.plan.variants))
+    def _finish(self, finished: Finished) -> None:
+        """Keep the record and write it to the journal (flushed) before anything else happens."""
+        if finished.artifact is not None:
+            key, details = finished.artifact
+            self.artifacts[key] = details
+            self.journal.artifact(key, details)
+        self.records[finished.record.variant_id] = finished.record
+        self.journal.record(finished.record)
+        self.progress.record(finished.record, len(self.records), len(self.plan.variants))
+
+    def _start_journal(self) -> None:
+        header = {"run_id": self.run_id, "created": self.created, "pipeline": str(self.pipeline.path),
+                  "pipeline_sha256": self.pipeline.sha256, "variants": len(self.plan.variants)}
+        if not self.resume:
+            self.journal.start(header)
+            return
+        contents = self.journal.load()
+        if contents.header.get("pipeline_sha256") != self.pipeline.sha256:
+            raise UserError(f"the journal is from another version of {self.pipeline.path.name}; "
+                            "run without --resume to start over", file=self.journal.path)
+        self.run_id, self.created = contents.header["run_id"], contents.header["created"]
+        planned = {v.id for v in self.plan.variants}
+        for variant_id, record in contents.records.items():
+            if variant_id in planned:
+                self.records[variant_id] = record
+        self.artifacts.update(contents.artifacts)
+        self.journal.resumed({"at": utc_now(), "reused": len(self.records)})
+
+    # -- the run -------------------------------------------------------------------------------
+
+    def _executor(self):
+        if self.executor_address:
+            runs_on = {i: t.runs_on for i, t in enumerate([*self.config.targets, *self.config.include])}
+            return DaskExecutor(self.executor_address, runs_on)
+        return LocalExecutor(self.jobs)
 
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)
-        self.state.journal_path.write_text("", encoding="utf-8")
-        for model_name, variants in self.plan.by_model().items():
-            self._run_model(model_name, variants)
+        self._start_journal()
+        todo = [v for v in self.plan.variants if v.id not in self.records]
+        groups = Plan(todo).artifact_groups()
+        executor = self._executor()
+        self.progress.start(len(self.plan.variants), done=len(self.records))
+        try:
+            to_export = [g[0] for g in groups if backend_class(g[0].backend).cached_export]
+            for variant in to_export:
+                self.progress.stage(variant.artifact_id, "queued")
+            failures = executor.export(self.spec, self.ctx, to_export,
+                                       lambda vid, failure: self.progress.stage(vid, "exported"))
+            for finished in executor.measure(self.spec, self.ctx, groups, failures, self.progress.stage):
+                self._finish(finished)
+        finally:
+            self.progress.stop()
+            executor.close()
         return self.report(finished=True)
 
-    def _run_model(self, model_name: str, variants: list[Variant]) -> None:
-        from mlbench.models import ModelLoadError, load_model
-
-        spec = next(m for m in self.config.models if m.name == model_name)
-        started, t0 = utc_now(), time.perf_counter()
-        self.progress.on_stage(model_name, "load")
-        try:
-            with self.state.timed("load"):
-                model = load_model(spec, self.config.seed, self.pipeline.base_dir)
-        except Exception as exc:  # a model that cannot be built fails its variants, not the sweep
-            message = str(exc) if isinstance(exc, ModelLoadError) else short_error(exc)
-            for variant in variants:
-                self._finish(_record(variant, "failed", started, t0, error=f"model: {message}"))
-            return
-
-        groups = Plan(variants).artifact_groups()
-        for group in groups:
-            self._run_artifact(model, group)
-
-    def _run_artifact(self, model, group: list[Variant]) -> None:
-        backend = self._backend(group[0])
-        started, t0 = utc_now(), time.perf_counter()
-        self.progress.on_stage(group[0].artifact_id, "export")
-        try:
-            with self.state.timed("export"):
-                exported = backend.export(model, group[0])
-        except VariantSkipped as exc:
-            for variant in group:
-                self._finish(_record(variant, "skipped", started, t0, error=str(exc)))
-            return
-        except Exception as exc:  # a failed export fails its variants, not the sweep
-            message = f"export: {short_error(exc)}"
-            for variant in group:
-                self._finish(_record(variant, "failed", started, t0, error=message))
-            return
-        if exported.info is not None and exported.details:
-            self.state.artifacts[exported.info.key] = exported.details
-        for variant in group:
-            self._measure(backend, model, exported, variant)
-
-    def _measure(self, backend: Backend, model, exported, variant: Variant) -> None:
-        started, t0 = utc_now(), time.perf_counter()
-        self.progress.on_stage(variant.id, "measure")
-        common = {"artifact": exported.info}
-        try:
-            with self.state.timed("measure"):
-                result = backend.measure(model, exported, variant)
-        except VariantSkipped as exc:
-            self._finish(_record(variant, "skipped", started, t0, error=str(exc), **common))
-            return
-        except Exception as exc:
-            self._finish(_record(variant, "failed", started, t0, error=f"measure: {short_error(exc)}", **common))
-            return
-        status, error = "ok", None
-        if result.verify is not None and not result.verify.passed:
-            status = "failed"
-            error = (f"verify: max_rel {result.verify.max_rel:.3g} exceeds the tolerance "
-                     f"{result.verify.tolerance:.3g}")
-        self._finish(_record(
-            variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
-            verify=result.verify, placement=result.placement, details=result.details if exported.info else {**exported.details, **result.details},
-            **common,
-        ))
-
     def report(self, *, finished: bool) -> RunReport:
-        records = self.state.records
+        order = {v.id: i for i, v in enumerate(self.plan.variants)}
+        records = sorted(self.records.values(), key=lambda r: order.get(r.variant_id, len(order)))
         return RunReport(
             mlbench_version=__version__,
-            run_id=self.state.run_id,
-            created=self.state.created,
+            run_id=self.run_id,
+            created=self.created,
             finished=utc_now() if finished else None,
             pipeline=PipelineInfo(name=self.config.name, path=str(self.pipeline.path), sha256=self.pipeline.sha256),
             machine=snapshot(),
             settings={"latency": self.config.latency.model_dump(mode="json"),
                       "verify": self.config.verify.model_dump(mode="json"), "seed": self.config.seed},
             records=records,
-            artifacts={r.artifact.key: self.state.artifacts[r.artifact.key] for r in records
-                       if r.artifact is not None and r.artifact.key in self.state.artifacts},
-            stage_seconds={k: round(v, 6) for k, v in self.state.stage_seconds.items()},
+            artifacts={r.artifact.key: self.artifacts[r.artifact.key] for r in records
+                       if r.artifact is not None and r.artifact.key in self.artifacts},
+            stage_seconds={k: round(v, 6) for k, v in self.ctx.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
         )
 
 
-def run(pipeline: Pipeline, progress: Progress | None = None) -> RunReport:
-    """Run a pipeline and write its reports; the Python API behind `mlbench run`."""
+def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, executor: str | None = None,
+        resume: bool = False) -> RunReport:
+    """Run a pipeline and write its reports; the Python API behind `mlbench run`.
+
+    jobs: export worker processes (1: export in order in this process). executor: a Dask scheduler
+    address (`tcp://host:8786`) overriding the pipeline's `executor:`. resume: reuse the journal's
+    finished records and run only what is missing.
+    """
     from mlbench.report import write_reports
 
-    runner = Runner(pipeline, progress)
+    runner = Runner(pipeline, progress, jobs=jobs, executor=executor, resume=resume)
     try:
         report = runner.run()
     except KeyboardInterrupt:
@@ -200,7 +141,6 @@ def run(pipeline: Pipeline, progress: Progress | None = None) -> RunReport:
     if pipeline.config.history.enabled:  # after the reports: a history failure never loses a report
         import logging
 
-        from mlbench.errors import UserError
         from mlbench.history import record_run
 
         try:

@@ -53,8 +53,9 @@ targets:""".format(root=ROOT)
     assert data["summary"] == {"ok": 2, "failed": 4, "skipped": 0}
     assert data["machine"]["packages"]["torch"]
 
-    journal = (tmp_path / "out" / "journal.jsonl").read_text().splitlines()
-    assert [json.loads(line)["variant_id"] for line in journal] == [r["variant_id"] for r in data["records"]]
+    journal = [json.loads(line) for line in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
+    assert journal[0]["run"]["run_id"] == data["run_id"]
+    assert [e["record"]["variant_id"] for e in journal[1:]] == [r["variant_id"] for r in data["records"]]
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "### tiny_cnn" in markdown and "| `torch/cpu/float32` | ok |" in markdown
 

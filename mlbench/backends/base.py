@@ -45,6 +45,9 @@ class Backend:
     """Base class: one instance per target entry of a pipeline."""
 
     name: ClassVar[str]
+    cached_export: ClassVar[bool] = False
+    """True when export() builds a file in the artifact cache: such exports may run in parallel
+    worker processes ahead of measurement."""
 
     def __init__(self, target: TargetBase, config: PipelineConfig, cache: ArtifactCache) -> None:
         self.target = target

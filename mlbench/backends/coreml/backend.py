@@ -71,10 +71,11 @@ def static_metrics(analysis: ProgramAnalysis) -> dict[str, Metric]:
 
 class CoremlBackend(Backend):
     name = "coreml"
+    cached_export = True
     target: CoremlTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
-        from mlbench.backends.coreml.analysis import analyse_package
+        from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.export import check_deployment_target, export_coreml
         from mlbench.cache import BuildResult
         from mlbench.hashing import artifact_key
@@ -91,10 +92,14 @@ class CoremlBackend(Backend):
                 "export_path": result.export_path, "fallback_reason": result.fallback_reason,
                 "deployment_target": result.deployment_target, "export_seconds": result.seconds,
                 "warnings": result.warnings, "label": variant.artifact_id,  # for `mlbench cache ls` only
+                # derived from the package and stored beside it, so a cache hit needs no coremltools
+                "analysis": analyse_package(result.artifact).model_dump(mode="json"),
             })
 
         entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)
-        analysis = analyse_package(entry.artifact_path)
+        stored = entry.meta.get("analysis")
+        analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(entry.artifact_path)})
+                    if stored else analyse_package(entry.artifact_path))
         meta = entry.meta
         info = ArtifactInfo(key=entry.key, cache_hit=hit, export_seconds=meta.get("export_seconds", 0.0),
                             path=str(entry.artifact_path), size_bytes=entry.size_bytes,

@@ -75,6 +75,7 @@ def static_metrics(artifact: OnnxArtifact, size_bytes: int) -> dict[str, Metric]
 
 class OnnxruntimeBackend(Backend):
     name = "onnxruntime"
+    cached_export = True
     target: OnnxruntimeTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:

@@ -1,0 +1,190 @@
+"""Where the work of a run executes: this machine (exports in parallel processes) or a Dask cluster.
+
+Both run a sweep in two phases so that no timing is ever disturbed by an export: first every
+artifact that goes through the cache is built (in parallel), then measurements run strictly one
+at a time per machine. Records come back to the coordinator as they finish; it journals them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from mlbench.errors import UserError
+from mlbench.records import RunRecord
+from mlbench.work import Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
+
+if TYPE_CHECKING:
+    from mlbench.matrix import Variant
+
+MEASURE_RESOURCE = "measure"
+"""Dask resource every measurement takes one of: workers declare `--resources measure=1`, so a
+machine never runs two measurements (or a measurement beside another) at once."""
+
+OnExported = Callable[[str, "str | None"], None]
+
+
+def default_jobs() -> int:
+    return os.cpu_count() or 1
+
+
+@contextmanager
+def limited_threads(threads: int) -> Iterator[None]:
+    """Fewer threads (torch's and the BLAS/OpenMP pools') while exports share the cores; the
+    measurements that follow get them all back."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+class LocalExecutor:
+    """Exports in `jobs` worker processes (joblib/loky), measurements in this process, in order."""
+
+    def __init__(self, jobs: int = 1) -> None:
+        if jobs < 1:
+            raise UserError(f"--jobs must be at least 1, got {jobs}")
+        self.jobs = jobs
+
+    def describe(self) -> str:
+        return f"local, {self.jobs} export job{'s' if self.jobs != 1 else ''}"
+
+    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> dict[str, str]:
+        """Build the artifacts of `variants` (one per artifact) in parallel; returns failures by variant id.
+
+        This process takes a share of the exports itself beside `jobs - 1` worker processes (joblib's
+        loky pool): it would only wait otherwise, and what it imports and builds now serves the
+        measurements that follow.
+        """
+        if self.jobs == 1 or len(variants) < 2:
+            return {}  # exported in order during measurement, in this process: nothing to gain
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        from joblib.externals.loky import get_reusable_executor
+
+        from mlbench.work import export_artifact
+
+        threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
+        pool = get_reusable_executor(max_workers=min(self.jobs, len(variants)) - 1)
+        pending, in_flight, failures = list(variants), {}, {}
+
+        def done(variant_id: str, failure: str | None) -> None:
+            if failure:
+                failures[variant_id] = failure
+            on_done(variant_id, failure)
+
+        with limited_threads(threads):
+            while pending or in_flight:
+                while pending and len(in_flight) < pool._max_workers:
+                    variant = pending.pop()  # workers take from the end, this process from the front
+                    in_flight[pool.submit(export_task, spec, variant.id, threads)] = variant
+                if pending:
+                    variant = pending.pop(0)
+                    done(variant.id, export_artifact(ctx, variant))
+                else:
+                    finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        in_flight.pop(future)
+                        variant_id, failure, _seconds = future.result()
+                        done(variant_id, failure)
+                for future in [f for f in in_flight if f.done()]:
+                    in_flight.pop(future)
+                    variant_id, failure, _seconds = future.result()
+                    done(variant_id, failure)
+        return failures
+
+    def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
+                on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
+        for group in groups:
+            yield from run_group(ctx, group, on_stage, export_failure=failures.get(group[0].id))
+
+    def close(self) -> None:
+        pass
+
+
+class DaskExecutor:
+    """Exports anywhere on the cluster; each measurement on a worker holding the resources it needs.
+
+    Artifacts travel by content hash: a worker finds them in a shared cache folder, or builds its
+    own copy under the same key.
+    """
+
+    def __init__(self, address: str, runs_on: dict[int, str | None]) -> None:
+        try:
+            from distributed import Client
+        except ImportError as exc:  # pragma: no cover - distributed is a dependency
+            raise UserError(f"the Dask executor needs the 'distributed' package: {exc}") from None
+        try:
+            self.client = Client(address, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise UserError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+        self.address = address
+        self.runs_on = runs_on
+
+    def describe(self) -> str:
+        return f"dask at {self.address} ({len(self._workers())} workers)"
+
+    def _workers(self) -> dict[str, Any]:
+        return self.client.scheduler_info()["workers"]
+
+    def _resources(self, variant: Variant) -> dict[str, float]:
+        resources = {MEASURE_RESOURCE: 1.0}
+        hardware = self.runs_on.get(variant.target_index)
+        if hardware:
+            resources[hardware] = 1.0
+        return resources
+
+    def _unplaceable(self, resources: dict[str, float]) -> str | None:
+        """Why no worker could ever take a task needing `resources` (it would wait forever)."""
+        for name in resources:
+            if not any(w.get("resources", {}).get(name, 0) >= 1 for w in self._workers().values()):
+                return (f"no worker of the Dask cluster at {self.address} declares the resource '{name}' "
+                        f"(start workers with --resources {name}=1)")
+        return None
+
+    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> dict[str, str]:
+        from distributed import as_completed
+
+        futures = [self.client.submit(export_task, spec, v.id, pure=False) for v in variants]
+        failures: dict[str, str] = {}
+        for future in as_completed(futures):
+            variant_id, failure, _seconds = future.result()
+            if failure:
+                failures[variant_id] = failure
+            on_done(variant_id, failure)
+        return failures
+
+    def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
+                on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
+        from distributed import as_completed
+
+        from mlbench.work import _record, utc_now
+
+        futures = {}
+        for group in groups:
+            resources = self._resources(group[0])
+            why_not = self._unplaceable(resources)
+            if why_not:
+                for variant in group:
+                    yield Finished(_record(variant, "skipped", utc_now(), time.perf_counter(), error=why_not))
+                continue
+            future = self.client.submit(measure_task, spec, [v.id for v in group],
+                                        failures.get(group[0].id), resources=resources, pure=False)
+            futures[future] = group
+            on_stage(group[0].artifact_id, "queued")
+        for future in as_completed(list(futures)):
+            for item in future.result():
+                yield Finished(RunRecord.model_validate(item["record"]),
+                               tuple(item["artifact"]) if item["artifact"] else None)
+
+    def close(self) -> None:
+        self.client.close()

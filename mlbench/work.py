@@ -1,0 +1,216 @@
+"""The units of work of a run, the same wherever they execute: in this process, in a joblib
+worker process, or on a Dask worker.
+
+- `export_artifact`: build (or find) one artifact in the content-addressed cache. Safe to run in
+  parallel: the cache publishes each entry atomically and two builders of one key end with one.
+- `run_group`: for the variants that share one artifact, fetch it and measure each variant,
+  yielding each finished record as soon as it exists.
+
+A worker gets the pipeline as plain data (`PipelineConfig` JSON + its folder), never a pickled
+object, so a worker on another machine rebuilds exactly what the coordinator validated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from mlbench.backends import backend_class
+from mlbench.backends.base import Backend, VariantSkipped
+from mlbench.cache import ArtifactCache
+from mlbench.config import PipelineConfig
+from mlbench.errors import short_error
+from mlbench.matrix import Variant, expand
+from mlbench.records import RunRecord
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class WorkSpec:
+    """Everything a worker needs to redo the coordinator's plan: plain, picklable data."""
+
+    config: dict[str, Any]
+    base_dir: str
+    cache_dir: str
+
+
+@dataclass
+class Finished:
+    record: RunRecord
+    artifact: tuple[str, dict[str, Any]] | None = None  # (key, details) the first time an artifact is seen
+
+
+@dataclass
+class WorkContext:
+    """A worker's view of one pipeline: backends, the cache, and the last model it built."""
+
+    config: PipelineConfig
+    base_dir: Path
+    cache: ArtifactCache
+    stage_seconds: dict[str, float] = field(default_factory=lambda: {"load": 0.0, "export": 0.0, "measure": 0.0})
+    _backends: dict[int, Backend] = field(default_factory=dict)
+    _model: tuple[str, Any] | None = None
+    _variants: dict[str, Variant] | None = None
+
+    @classmethod
+    def from_spec(cls, spec: WorkSpec) -> WorkContext:
+        return cls(PipelineConfig.model_validate(spec.config), Path(spec.base_dir), ArtifactCache(Path(spec.cache_dir)))
+
+    @contextmanager
+    def timed(self, stage: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds[stage] += time.perf_counter() - t0
+
+    def variant(self, variant_id: str) -> Variant:
+        if self._variants is None:
+            self._variants = {v.id: v for v in expand(self.config)}
+        return self._variants[variant_id]
+
+    def backend(self, variant: Variant) -> Backend:
+        if variant.target_index not in self._backends:
+            target = [*self.config.targets, *self.config.include][variant.target_index]
+            self._backends[variant.target_index] = backend_class(target.backend)(target, self.config, self.cache)
+        return self._backends[variant.target_index]
+
+    def model(self, name: str) -> Any:
+        """The loaded model, built once while its variants run (only the latest is kept: memory)."""
+        from mlbench.models import load_model
+
+        if self._model is None or self._model[0] != name:
+            self._model = None
+            spec = next(m for m in self.config.models if m.name == name)
+            with self.timed("load"):
+                self._model = (name, load_model(spec, self.config.seed, self.base_dir))
+        return self._model[1]
+
+
+def _record(variant: Variant, status: str, started: str, t0: float, **fields: Any) -> RunRecord:
+    return RunRecord(
+        variant_id=variant.id, model=variant.model, backend=variant.backend, axes=dict(variant.axes),
+        artifact_id=variant.artifact_id, status=status, started=started,
+        seconds=round(time.perf_counter() - t0, 6), **fields,
+    )
+
+
+def _model_failure(exc: BaseException) -> str:
+    from mlbench.models import ModelLoadError
+
+    return f"model: {exc if isinstance(exc, ModelLoadError) else short_error(exc)}"
+
+
+def export_artifact(ctx: WorkContext, variant: Variant) -> str | None:
+    """Make sure the variant's artifact is in the cache. Returns None, or why it failed (one line)."""
+    try:
+        model = ctx.model(variant.model)
+    except Exception as exc:  # noqa: BLE001 - reported with the variants
+        return _model_failure(exc)
+    try:
+        with ctx.timed("export"):
+            ctx.backend(variant).export(model, variant)
+    except VariantSkipped:
+        return None  # measurement will say why
+    except Exception as exc:  # noqa: BLE001
+        return f"export: {short_error(exc)}"
+    return None
+
+
+def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
+              export_failure: str | None = None) -> Iterator[Finished]:
+    """Measure the variants of one artifact, one at a time, yielding each record when it is done."""
+    stage = on_stage or (lambda subject, name: None)
+    first = group[0]
+    started, t0 = utc_now(), time.perf_counter()
+    if export_failure is not None:  # a parallel export already failed: don't pay for it twice
+        for variant in group:
+            yield Finished(_record(variant, "failed", started, t0, error=export_failure))
+        return
+    try:
+        stage(first.model, "load")
+        model = ctx.model(first.model)
+    except Exception as exc:  # noqa: BLE001 - a model that can't be built fails its variants only
+        for variant in group:
+            yield Finished(_record(variant, "failed", started, t0, error=_model_failure(exc)))
+        return
+    backend = ctx.backend(first)
+    stage(first.artifact_id, "export")
+    try:
+        with ctx.timed("export"):
+            exported = backend.export(model, first)
+    except VariantSkipped as exc:
+        for variant in group:
+            yield Finished(_record(variant, "skipped", started, t0, error=str(exc)))
+        return
+    except Exception as exc:  # noqa: BLE001 - a failed export fails its variants, not the sweep
+        for variant in group:
+            yield Finished(_record(variant, "failed", started, t0, error=f"export: {short_error(exc)}"))
+        return
+    artifact = (exported.info.key, exported.details) if exported.info is not None and exported.details else None
+    for variant in group:
+        stage(variant.id, "measure")
+        yield Finished(_measure(ctx, backend, model, exported, variant), artifact)
+        artifact = None
+
+
+def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, variant: Variant) -> RunRecord:
+    started, t0 = utc_now(), time.perf_counter()
+    common: dict[str, Any] = {"artifact": exported.info}
+    try:
+        with ctx.timed("measure"):
+            result = backend.measure(model, exported, variant)
+    except VariantSkipped as exc:
+        return _record(variant, "skipped", started, t0, error=str(exc), **common)
+    except Exception as exc:  # noqa: BLE001
+        return _record(variant, "failed", started, t0, error=f"measure: {short_error(exc)}", **common)
+    status, error = "ok", None
+    if result.verify is not None and not result.verify.passed:
+        status = "failed"
+        error = f"verify: max_rel {result.verify.max_rel:.3g} exceeds the tolerance {result.verify.tolerance:.3g}"
+    details = result.details if exported.info else {**exported.details, **result.details}
+    return _record(variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
+                   verify=result.verify, placement=result.placement, details=details, **common)
+
+
+# --- entry points for worker processes (module-level functions: picklable by reference) ----------
+
+_CONTEXT: tuple[WorkSpec, WorkContext] | None = None
+
+
+def _context(spec: WorkSpec) -> WorkContext:
+    """One context per worker process and pipeline, so a worker builds each model once."""
+    global _CONTEXT
+    if _CONTEXT is None or _CONTEXT[0] != spec:
+        _CONTEXT = (spec, WorkContext.from_spec(spec))
+    return _CONTEXT[1]
+
+
+def export_task(spec: WorkSpec, variant_id: str, threads: int | None = None) -> tuple[str, str | None, float]:
+    """Worker: build one artifact. Returns (variant id, failure or None, seconds)."""
+    from contextlib import nullcontext
+
+    from mlbench.executors import limited_threads
+
+    t0 = time.perf_counter()
+    with limited_threads(threads) if threads else nullcontext():
+        ctx = _context(spec)
+        failure = export_artifact(ctx, ctx.variant(variant_id))
+    return variant_id, failure, time.perf_counter() - t0
+
+
+def measure_task(spec: WorkSpec, variant_ids: list[str], export_failure: str | None = None) -> list[dict[str, Any]]:
+    """Worker: measure one artifact's variants; records as JSON-ready dicts (they cross machines)."""
+    ctx = _context(spec)
+    out = []
+    for finished in run_group(ctx, [ctx.variant(v) for v in variant_ids], export_failure=export_failure):
+        out.append({"record": finished.record.model_dump(mode="json"), "artifact": finished.artifact})
+    return out
