@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench.errors import UserError
 from mlbench.records import RunRecord
-from mlbench.work import Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
+from mlbench.work import ExportOutcome, Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -24,7 +24,7 @@ MEASURE_RESOURCE = "measure"
 """Dask resource every measurement takes one of: workers declare `--resources measure=1`, so a
 machine never runs two measurements (or a measurement beside another) at once."""
 
-OnExported = Callable[[str, "str | None"], None]
+OnExported = Callable[[ExportOutcome], None]
 
 
 def default_jobs() -> int:
@@ -58,15 +58,15 @@ class LocalExecutor:
     def describe(self) -> str:
         return f"local, {self.jobs} export job{'s' if self.jobs != 1 else ''}"
 
-    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> dict[str, str]:
-        """Build the artifacts of `variants` (one per artifact) in parallel; returns failures by variant id.
+    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
+        """Build the artifacts of `variants` (one per artifact) in parallel, reporting each outcome.
 
         This process takes a share of the exports itself beside `jobs - 1` worker processes (joblib's
         loky pool): it would only wait otherwise, and what it imports and builds now serves the
         measurements that follow.
         """
         if self.jobs == 1 or len(variants) < 2:
-            return {}  # exported in order during measurement, in this process: nothing to gain
+            return  # exported in order during measurement, in this process: nothing to gain
         from concurrent.futures import FIRST_COMPLETED, wait
 
         from joblib.externals.loky import get_reusable_executor
@@ -74,33 +74,20 @@ class LocalExecutor:
         from mlbench.work import export_artifact
 
         threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
-        pool = get_reusable_executor(max_workers=min(self.jobs, len(variants)) - 1)
-        pending, in_flight, failures = list(variants), {}, {}
-
-        def done(variant_id: str, failure: str | None) -> None:
-            if failure:
-                failures[variant_id] = failure
-            on_done(variant_id, failure)
-
+        workers = min(self.jobs, len(variants)) - 1
+        pool = get_reusable_executor(max_workers=workers)
+        pending, in_flight = list(variants), set()
         with limited_threads(threads):
             while pending or in_flight:
-                while pending and len(in_flight) < pool._max_workers:
-                    variant = pending.pop()  # workers take from the end, this process from the front
-                    in_flight[pool.submit(export_task, spec, variant.id, threads)] = variant
-                if pending:
-                    variant = pending.pop(0)
-                    done(variant.id, export_artifact(ctx, variant))
+                while pending and len(in_flight) < workers:  # workers take from the end ...
+                    in_flight.add(pool.submit(export_task, spec, pending.pop().id, threads))
+                if pending:  # ... and this process from the front
+                    on_done(export_artifact(ctx, pending.pop(0)))
                 else:
-                    finished, _ = wait(in_flight, return_when=FIRST_COMPLETED)
-                    for future in finished:
-                        in_flight.pop(future)
-                        variant_id, failure, _seconds = future.result()
-                        done(variant_id, failure)
+                    wait(in_flight, return_when=FIRST_COMPLETED)
                 for future in [f for f in in_flight if f.done()]:
-                    in_flight.pop(future)
-                    variant_id, failure, _seconds = future.result()
-                    done(variant_id, failure)
-        return failures
+                    in_flight.discard(future)
+                    on_done(future.result())
 
     def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
                 on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
@@ -151,17 +138,12 @@ class DaskExecutor:
                         f"(start workers with --resources {name}=1)")
         return None
 
-    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> dict[str, str]:
+    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
         from distributed import as_completed
 
         futures = [self.client.submit(export_task, spec, v.id, pure=False) for v in variants]
-        failures: dict[str, str] = {}
         for future in as_completed(futures):
-            variant_id, failure, _seconds = future.result()
-            if failure:
-                failures[variant_id] = failure
-            on_done(variant_id, failure)
-        return failures
+            on_done(future.result())
 
     def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
                 on_stage: Callable[[str, str], None]) -> Iterator[Finished]:

@@ -53,12 +53,12 @@ class PlainProgress(Progress):
 class LiveProgress(Progress):
     """rich's live display: current variant and stage, done/total, elapsed and ETA; records scroll above."""
 
-    def __init__(self) -> None:
+    def __init__(self, console=None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
         from rich.progress import TimeElapsedColumn, TimeRemainingColumn
 
-        self.console = Console(stderr=True)
+        self.console = console or Console(stderr=True)
         self.bar = RichProgress(
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,

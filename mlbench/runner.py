@@ -20,7 +20,7 @@ from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
 from mlbench.progress import Progress
 from mlbench.records import PipelineInfo, RunRecord, RunReport
-from mlbench.work import Finished, WorkContext, WorkSpec, utc_now
+from mlbench.work import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
 
 
 class Runner:
@@ -41,12 +41,16 @@ class Runner:
         self.run_id = uuid.uuid4().hex[:12]
         self.created = utc_now()
         self.records: dict[str, RunRecord] = {}
+        self.built_keys: set[str] = set()  # artifacts this run built ahead of measuring them
         self.artifacts: dict[str, dict] = {}
 
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _finish(self, finished: Finished) -> None:
         """Keep the record and write it to the journal (flushed) before anything else happens."""
+        info = finished.record.artifact
+        if info is not None and info.key in self.built_keys:  # found in the cache, but built by this run
+            finished.record.artifact = info.model_copy(update={"cache_hit": False})
         if finished.artifact is not None:
             key, details = finished.artifact
             self.artifacts[key] = details
@@ -92,8 +96,16 @@ class Runner:
             to_export = [g[0] for g in groups if backend_class(g[0].backend).cached_export]
             for variant in to_export:
                 self.progress.stage(variant.artifact_id, "queued")
-            failures = executor.export(self.spec, self.ctx, to_export,
-                                       lambda vid, failure: self.progress.stage(vid, "exported"))
+            failures: dict[str, str] = {}
+
+            def exported(outcome: ExportOutcome) -> None:
+                if outcome.failure:
+                    failures[outcome.variant_id] = outcome.failure
+                if outcome.built_key:
+                    self.built_keys.add(outcome.built_key)
+                self.progress.stage(outcome.variant_id, "exported")
+
+            executor.export(self.spec, self.ctx, to_export, exported)
             for finished in executor.measure(self.spec, self.ctx, groups, failures, self.progress.stage):
                 self._finish(finished)
         finally:

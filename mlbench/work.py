@@ -109,20 +109,30 @@ def _model_failure(exc: BaseException) -> str:
     return f"model: {exc if isinstance(exc, ModelLoadError) else short_error(exc)}"
 
 
-def export_artifact(ctx: WorkContext, variant: Variant) -> str | None:
-    """Make sure the variant's artifact is in the cache. Returns None, or why it failed (one line)."""
+@dataclass(frozen=True)
+class ExportOutcome:
+    """What building one artifact ahead of measurement gave: a failure, or the key it built."""
+
+    variant_id: str
+    failure: str | None = None
+    built_key: str | None = None  # set when this call built the entry (a cache miss)
+
+
+def export_artifact(ctx: WorkContext, variant: Variant) -> ExportOutcome:
+    """Make sure the variant's artifact is in the cache; failures come back as one line."""
     try:
         model = ctx.model(variant.model)
     except Exception as exc:  # noqa: BLE001 - reported with the variants
-        return _model_failure(exc)
+        return ExportOutcome(variant.id, failure=_model_failure(exc))
     try:
         with ctx.timed("export"):
-            ctx.backend(variant).export(model, variant)
+            exported = ctx.backend(variant).export(model, variant)
     except VariantSkipped:
-        return None  # measurement will say why
+        return ExportOutcome(variant.id)  # measurement will say why
     except Exception as exc:  # noqa: BLE001
-        return f"export: {short_error(exc)}"
-    return None
+        return ExportOutcome(variant.id, failure=f"export: {short_error(exc)}")
+    info = exported.info
+    return ExportOutcome(variant.id, built_key=info.key if info is not None and not info.cache_hit else None)
 
 
 def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
@@ -194,17 +204,15 @@ def _context(spec: WorkSpec) -> WorkContext:
     return _CONTEXT[1]
 
 
-def export_task(spec: WorkSpec, variant_id: str, threads: int | None = None) -> tuple[str, str | None, float]:
-    """Worker: build one artifact. Returns (variant id, failure or None, seconds)."""
+def export_task(spec: WorkSpec, variant_id: str, threads: int | None = None) -> ExportOutcome:
+    """Worker: build one artifact."""
     from contextlib import nullcontext
 
     from mlbench.executors import limited_threads
 
-    t0 = time.perf_counter()
     with limited_threads(threads) if threads else nullcontext():
         ctx = _context(spec)
-        failure = export_artifact(ctx, ctx.variant(variant_id))
-    return variant_id, failure, time.perf_counter() - t0
+        return export_artifact(ctx, ctx.variant(variant_id))
 
 
 def measure_task(spec: WorkSpec, variant_ids: list[str], export_failure: str | None = None) -> list[dict[str, Any]]:
