@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlbench.config import CacheSettings, Pipeline, ReportSettings, load_pipeline
+from mlbench.config import CacheSettings, HistorySettings, Pipeline, ReportSettings, load_pipeline
 from mlbench.matrix import Plan, expand
 from mlbench.runner import run
 
@@ -67,6 +67,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="mlbench-cache-bench-") as tmp:
         config = pipeline.config.model_copy(update={
             "cache": CacheSettings(dir=Path(tmp) / "cache"), "report": ReportSettings(dir=Path(tmp) / "reports"),
+            "history": HistorySettings(enabled=False),
         })
         pipeline = Pipeline(config=config, path=pipeline.path, sha256=pipeline.sha256)
         print(f"{pipeline.path.name}: {len(plan.variants)} variants, {exportable} distinct exported artifacts")

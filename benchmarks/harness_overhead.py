@@ -36,7 +36,7 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
     import torch
     import torchvision
 
-    from mlbench.backends.torch_eager import TorchBackend, TorchTarget
+    from mlbench.backends.torch_eager import TorchBackend
     from mlbench.config import PipelineConfig
     from mlbench.matrix import expand
     from mlbench.models import load_model

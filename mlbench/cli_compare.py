@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from pathlib import Path
 
 from mlbench.errors import UserError
@@ -243,24 +242,3 @@ def register(subparsers) -> None:
     p.add_argument("--db", metavar="PATH", help=HISTORY_HELP)
     p.add_argument("--limit", type=int, default=20, metavar="N", help="the newest N runs (default 20)")
     p.set_defaults(func=cmd_history)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry (until `mlbench.cli` registers these commands)."""
-    from mlbench.cli import _err, _log_warnings_as_lines
-
-    parser = argparse.ArgumentParser(prog="mlbench")
-    register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    _log_warnings_as_lines()
-    try:
-        return args.func(args)
-    except UserError as exc:
-        _err(str(exc))
-        return exc.exit_code
-    except BrokenPipeError:
-        return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

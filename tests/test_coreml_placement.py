@@ -10,7 +10,8 @@ from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, Totals,
 from mlbench.backends.coreml.compute_plan import placement_from_plan
 from mlbench.backends.coreml.export import export_coreml
 from mlbench.backends.coreml.placement import (
-    ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type, placement_metrics)
+    ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type)
+from mlbench.backends.base import placement_metrics
 from mlbench.cli import main
 from tests.conftest import ROOT
 

@@ -61,3 +61,30 @@ class Backend:
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         """Time, verify and analyse one variant. Raise VariantSkipped when this machine can't."""
         raise NotImplementedError
+
+
+def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None = None,
+                    verify: Verification | None = None) -> dict[str, Metric]:
+    """The measured figures every runtime reports the same way, so reports and compare rules line up."""
+    metrics = {
+        "first_call": Metric.measured(first_ms, "ms"),
+        "latency.median": Metric.measured(latency.median, "ms"),
+        "latency.best": Metric.measured(latency.best, "ms"),
+        "latency.p90": Metric.measured(latency.p90, "ms"),
+    }
+    if load_ms is not None:
+        metrics["load_time"] = Metric.measured(load_ms, "ms")
+    if verify is not None:
+        metrics["verify.max_abs"] = Metric.measured(verify.max_abs, "abs")
+        metrics["verify.max_rel"] = Metric.measured(verify.max_rel, "rel")
+    return metrics
+
+
+def placement_metrics(placement: Placement) -> dict[str, Metric]:
+    """`placement.<device>` (share of compute ops; 0 for the usual devices it did not use) and
+    `placement.switches`, with the placement's own source, for compare rules."""
+    devices = dict.fromkeys(["neural_engine", "gpu", "cpu", *placement.by_count])
+    metrics = {f"placement.{device}": Metric(value=placement.by_count.get(device, 0.0), unit="ratio",
+                                             source=placement.source) for device in devices}
+    metrics["placement.switches"] = Metric(value=placement.switches, unit="count", source=placement.source)
+    return metrics

@@ -12,12 +12,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped
+from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped, runtime_metrics
 from mlbench.config_base import Axis, TargetBase
 from mlbench.matrix import Variant
 from mlbench.measure import time_calls, time_once
 from mlbench.models import LoadedModel, flatten_outputs
-from mlbench.records import Metric
 
 REFERENCE = "torch/cpu/float32"
 
@@ -81,24 +80,16 @@ class TorchBackend(Backend):
             torch.set_num_threads(previous_threads)
             if device != "cpu":
                 exported.payload.to("cpu")
-        metrics = {
-            "first_call": Metric.measured(first_ms, "ms"),
-            "latency.median": Metric.measured(latency.median, "ms"),
-            "latency.best": Metric.measured(latency.best, "ms"),
-            "latency.p90": Metric.measured(latency.p90, "ms"),
-        }
-        result = Measurement(metrics=metrics, latency=latency)
-        if variant.axis("device") == "cpu" and precision == "float32":
-            result.details["verify"] = f"this variant is the reference ({REFERENCE})"
-            return result
+        if device == "cpu" and precision == "float32":
+            return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms), latency=latency,
+                               details={"verify": f"this variant is the reference ({REFERENCE})"})
         from mlbench.verify import compare_outputs  # numpy: kept off the validate path
 
         actual = [t.detach().float().cpu().numpy() for _, t in flatten_outputs(output)]
-        result.verify = compare_outputs(model.reference, actual, tolerance=self.config.verify.tolerance_for(precision),
-                                        reference_name=REFERENCE)
-        metrics["verify.max_abs"] = Metric.measured(result.verify.max_abs, "abs")
-        metrics["verify.max_rel"] = Metric.measured(result.verify.max_rel, "rel")
-        return result
+        verify = compare_outputs(model.reference, actual, tolerance=self.config.verify.tolerance_for(precision),
+                                 reference_name=REFERENCE)
+        return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
+                           verify=verify)
 
 
 def _require_device(device: str) -> None:

@@ -12,7 +12,7 @@ from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import Backend, Exported, Measurement
+from mlbench.backends.base import Backend, Exported, Measurement, placement_metrics
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
 from mlbench.records import ArtifactInfo, Metric
 
@@ -111,8 +111,6 @@ class CoremlBackend(Backend):
         return Exported(payload=CoremlArtifact(entry.artifact_path, analysis), info=info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
-        from mlbench.backends.coreml.placement import placement_metrics
-
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
         placement = placement_for(artifact, variant.axis("compute_units"))

@@ -34,18 +34,15 @@ Deployment-target rules (coremltools 9.0, verified in its source):
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-import logging
 import re
 import shutil
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.capture import captured
 from mlbench.errors import ReportableError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -317,43 +314,9 @@ _import_messages: list[str] = []
 _ct_module: Any = None
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self, sink: list[str]) -> None:
-        super().__init__(level=logging.WARNING)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.sink.append(record.getMessage())
-        except Exception:  # pragma: no cover - a malformed record must not break the export
-            pass
-
-
-@contextlib.contextmanager
-def _captured(sink: list[str]) -> Iterator[None]:
-    """Collect coremltools log warnings and Python warnings into ``sink``; swallow progress bars.
-
-    tqdm writes its bars to ``sys.stderr``, so stderr is redirected for the duration (this also
-    hides anything else printed to stderr from Python meanwhile).
-    """
-    logger = logging.getLogger("coremltools")
-    handler = _ListHandler(sink)
-    old_propagate = logger.propagate
-    logger.addHandler(handler)
-    logger.propagate = False
-    caught: list = []
-    try:
-        with warnings.catch_warnings(record=True) as recorded:
-            caught = recorded
-            warnings.simplefilter("always")
-            with contextlib.redirect_stderr(io.StringIO()):
-                yield
-    finally:
-        logger.removeHandler(handler)
-        logger.propagate = old_propagate
-        for w in caught:
-            category = getattr(w.category, "__name__", "Warning")
-            sink.append(f"{category}: {w.message}")
+def _captured(sink: list[str]) -> Any:
+    """coremltools' log warnings, Python warnings and progress bars, collected into ``sink``."""
+    return captured(sink, ["coremltools"])
 
 
 def _clean_warnings(messages: list[str]) -> list[str]:

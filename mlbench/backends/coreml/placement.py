@@ -217,13 +217,3 @@ def summarise(ops: list[OpPlacement], *, source: str, method: str, preferred: st
         by_count=fractions(ops), by_cost=by_cost or None, cost_basis=cost_basis if by_cost else None,
         switches=count_switches([op.device for op in ops]), note=note, ops=ops,
     )
-
-
-def placement_metrics(placement: Placement) -> dict[str, Any]:
-    """`placement.neural_engine` etc. (share of compute ops) and `placement.switches`, for compare rules."""
-    from mlbench.records import Metric
-
-    metrics = {f"placement.{device}": Metric(value=placement.by_count.get(device, 0.0), unit="ratio",
-                                             source=placement.source) for device in DEVICES}
-    metrics["placement.switches"] = Metric(value=placement.switches, unit="count", source=placement.source)
-    return metrics

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import Measurement
+from mlbench.backends.base import Measurement, runtime_metrics
 from mlbench.measure import time_calls, time_once
 from mlbench.records import Metric
 
@@ -68,15 +68,7 @@ def measure_package(
     tolerance = config.verify.tolerance_for(precision, variant.axis("optimize"))
     verify = compare_outputs(model.reference, ordered_outputs(artifact, prediction), tolerance=tolerance,
                              reference_name="torch/cpu/float32")
-    metrics.update({
-        "load_time": Metric.measured(load_ms, "ms"),
-        "first_call": Metric.measured(first_ms, "ms"),
-        "latency.median": Metric.measured(latency.median, "ms"),
-        "latency.best": Metric.measured(latency.best, "ms"),
-        "latency.p90": Metric.measured(latency.p90, "ms"),
-        "verify.max_abs": Metric.measured(verify.max_abs, "abs"),
-        "verify.max_rel": Metric.measured(verify.max_rel, "rel"),
-    })
+    metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     details: dict[str, Any] = {}
     coreml_load = getattr(mlmodel, "load_duration_in_nano_seconds", None)
     if coreml_load is not None:

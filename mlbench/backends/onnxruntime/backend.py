@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped
+from mlbench.backends.base import placement_metrics, runtime_metrics, Backend, Exported, Measurement, VariantSkipped
 from mlbench.backends.onnxruntime.target import COREML_COMPUTE_UNITS, GRAPH_OPTIMIZATION, PROVIDERS, \
     OnnxruntimeTarget, provider_device
 from mlbench.records import ArtifactInfo, Metric
@@ -164,7 +164,7 @@ class OnnxruntimeBackend(Backend):
         latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                              threads=self.target.intra_op_threads)
-        del session
+        session = None  # release the timed session before the profiled one starts
 
         verify = compare_outputs(model.reference, [o for o in first_outputs],
                                  tolerance=self.config.verify.tolerance_for(precision), reference_name=REFERENCE)
@@ -184,18 +184,8 @@ class OnnxruntimeBackend(Backend):
 
         placement = build_placement(profile, constants=artifact.graph["initializers"] + artifact.graph["constant_nodes"],
                                     preferred_provider=ort_name, precision=precision)
-        metrics.update({
-            "load_time": Metric.measured(load_ms, "ms"),
-            "first_call": Metric.measured(first_ms, "ms"),
-            "latency.median": Metric.measured(latency.median, "ms"),
-            "latency.best": Metric.measured(latency.best, "ms"),
-            "latency.p90": Metric.measured(latency.p90, "ms"),
-            "verify.max_abs": Metric.measured(verify.max_abs, "abs"),
-            "verify.max_rel": Metric.measured(verify.max_rel, "rel"),
-        })
-        for device, share in sorted(placement.by_count.items()):
-            metrics[f"placement.{device}"] = Metric.measured(share, "ratio")
-        metrics["placement.switches"] = Metric.measured(placement.switches, "count")
+        metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
+        metrics.update(placement_metrics(placement))
         details = {
             "op_time": op_time_tables(profile),
             "session": {"provider": ort_name, "device": provider_device(ort_name),

@@ -25,18 +25,15 @@ The exporter's console output is silenced and its warnings are returned in
 
 from __future__ import annotations
 
-import contextlib
-import io
-import logging
 import re
 import shutil
 import time
-import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.capture import captured
 from mlbench.errors import ReportableError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -88,40 +85,9 @@ def _one_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-class _ListHandler(logging.Handler):
-    def __init__(self, sink: list[str]) -> None:
-        super().__init__(level=logging.WARNING)
-        self.sink = sink
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.sink.append(record.getMessage())
-        except Exception:  # pragma: no cover - a malformed record must not break the export
-            pass
-
-
-@contextlib.contextmanager
-def _captured(sink: list[str]) -> Iterator[None]:
-    """Collect the exporters' log warnings and Python warnings; silence what they print."""
-    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript", "onnx_ir")]
-    handler = _ListHandler(sink)
-    saved = [(logger, logger.propagate) for logger in loggers]
-    for logger in loggers:
-        logger.addHandler(handler)
-        logger.propagate = False
-    caught: list = []
-    try:
-        with warnings.catch_warnings(record=True) as recorded:
-            caught = recorded
-            warnings.simplefilter("always")
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                yield
-    finally:
-        for logger, propagate in saved:
-            logger.removeHandler(handler)
-            logger.propagate = propagate
-        for w in caught:
-            sink.append(f"{getattr(w.category, '__name__', 'Warning')}: {w.message}")
+def _captured(sink: list[str]) -> Any:
+    """The exporters' log warnings and Python warnings, collected; what they print, silenced."""
+    return captured(sink, ["torch.onnx", "torch.export", "onnxscript", "onnx_ir"], stdout=True)
 
 
 def _clean_warnings(messages: list[str]) -> list[str]:

@@ -1,0 +1,52 @@
+"""Quiet exporters: collect what converters log, warn and print, so the user's terminal stays
+readable and the messages worth keeping land in the report (shortened by each backend)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from collections.abc import Iterator, Sequence
+
+
+class ListHandler(logging.Handler):
+    def __init__(self, sink: list[str]) -> None:
+        super().__init__(level=logging.WARNING)
+        self.sink = sink
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.sink.append(record.getMessage())
+        except Exception:  # pragma: no cover - a malformed record must not break the export
+            pass
+
+
+@contextlib.contextmanager
+def captured(sink: list[str], loggers: Sequence[str], *, stdout: bool = False) -> Iterator[None]:
+    """Collect the named loggers' warnings and Python warnings into `sink`; swallow what is printed.
+
+    Progress bars (tqdm) write to sys.stderr, so stderr is redirected for the duration (and stdout
+    with `stdout=True`): anything else Python prints meanwhile is hidden too.
+    """
+    handler = ListHandler(sink)
+    saved = [(logger, logger.propagate) for logger in map(logging.getLogger, loggers)]
+    for logger, _ in saved:
+        logger.addHandler(handler)
+        logger.propagate = False
+    caught: list = []
+    try:
+        with warnings.catch_warnings(record=True) as recorded:
+            caught = recorded
+            warnings.simplefilter("always")
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(contextlib.redirect_stderr(io.StringIO()))
+                if stdout:
+                    stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+                yield
+    finally:
+        for logger, propagate in saved:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        for w in caught:
+            sink.append(f"{getattr(w.category, '__name__', 'Warning')}: {w.message}")
