@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlbench.errors import UserError
-from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
 from mlbench.hashing import jsonable, path_size, sha256_path
+from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
 
 log = logging.getLogger("mlbench.cache")
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import time
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mlbench.errors import UserError

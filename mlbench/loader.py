@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.events import (AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent,
-                         StreamEndEvent)
+from yaml.events import AliasEvent, MappingStartEvent, ScalarEvent, SequenceStartEvent, StreamEndEvent
 from yaml.nodes import ScalarNode
 
 from mlbench.errors import UserError

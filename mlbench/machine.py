@@ -29,7 +29,8 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def _version(package: str) -> str | None:
+def package_version(package: str) -> str | None:
+    """An installed package's version from its metadata (importing nothing), or None."""
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
@@ -48,5 +49,5 @@ def snapshot() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # a busy machine skews timings
-        "packages": {name: _version(name) for name in PACKAGES},
+        "packages": {name: package_version(name) for name in PACKAGES},
     }

@@ -55,8 +55,8 @@ class LiveProgress(Progress):
 
     def __init__(self, console=None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn
-        from rich.progress import TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import Progress as RichProgress
 
         self.console = console or Console(stderr=True)
         self.bar = RichProgress(

@@ -13,7 +13,6 @@ import numpy as np
 
 from mlbench.records import OutputError, Verification
 
-
 DEGENERATE_SCALE = 1e-6
 """Below this, every reference output is ≈ 0 and any export would pass: say so instead."""
 

@@ -19,6 +19,10 @@ if TYPE_CHECKING:
     from mlbench.models import LoadedModel
 
 
+REFERENCE = "torch/cpu/float32"
+"""The variant every other is verified against: eager PyTorch, float32, on the CPU."""
+
+
 class VariantSkipped(Exception):
     """This machine cannot run the variant (no CUDA, not macOS, provider missing): not a failure."""
 

@@ -12,13 +12,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from mlbench.backends.base import Backend, Exported, Measurement, VariantSkipped, runtime_metrics
+from mlbench.backends.base import REFERENCE, Backend, Exported, Measurement, VariantSkipped, runtime_metrics
 from mlbench.config_base import Axis, TargetBase
 from mlbench.matrix import Variant
 from mlbench.measure import time_calls, time_once
 from mlbench.models import LoadedModel, flatten_outputs
-
-REFERENCE = "torch/cpu/float32"
 
 
 class TorchTarget(TargetBase):

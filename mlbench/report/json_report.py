@@ -8,6 +8,7 @@ from typing import Any
 
 from mlbench.records import RunReport
 
+
 def report_schema() -> dict[str, Any]:
     """JSON schema of the report, generated from the RunReport model."""
     schema = RunReport.model_json_schema(mode="serialization")

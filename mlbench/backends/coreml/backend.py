@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import Backend, Exported, Measurement, placement_metrics
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
+from mlbench.machine import package_version
 from mlbench.records import ArtifactInfo, Metric
 
 if TYPE_CHECKING:
@@ -32,12 +32,6 @@ class CoremlArtifact:
     analysis: ProgramAnalysis
 
 
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
-
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None, deployment_target: str) -> dict:
     """Everything that shapes a Core ML package. compute_units is absent: it is chosen at load time."""
@@ -47,7 +41,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None,
         "model_digest": model.digest,
         "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
-        "versions": {"coremltools": _version("coremltools"), "torch": _version("torch"), "mlbench": __version__},
+        "versions": {"coremltools": package_version("coremltools"), "torch": package_version("torch"), "mlbench": __version__},
     }
 
 

@@ -81,8 +81,7 @@ def placement_from_plan(ops: list[dict[str, Any]], compute_units: str, precision
 
 
 def _device_name(device: Any) -> str | None:  # pragma: no cover - macOS only
-    from coremltools.models.compute_device import (
-        MLCPUComputeDevice, MLGPUComputeDevice, MLNeuralEngineComputeDevice)
+    from coremltools.models.compute_device import MLCPUComputeDevice, MLGPUComputeDevice, MLNeuralEngineComputeDevice
 
     for cls, name in ((MLNeuralEngineComputeDevice, "neural_engine"), (MLGPUComputeDevice, "gpu"),
                       (MLCPUComputeDevice, "cpu")):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import Measurement, runtime_metrics
+from mlbench.backends.base import REFERENCE, Measurement, runtime_metrics
 from mlbench.measure import time_calls, time_once
 from mlbench.records import Metric
 
@@ -67,7 +67,7 @@ def measure_package(
     precision = variant.axis("precision")
     tolerance = config.verify.tolerance_for(precision, variant.axis("optimize"))
     verify = compare_outputs(model.reference, ordered_outputs(artifact, prediction), tolerance=tolerance,
-                             reference_name="torch/cpu/float32")
+                             reference_name=REFERENCE)
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     details: dict[str, Any] = {}
     coreml_load = getattr(mlmodel, "load_duration_in_nano_seconds", None)

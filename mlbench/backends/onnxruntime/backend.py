@@ -17,34 +17,38 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import placement_metrics, runtime_metrics, Backend, Exported, Measurement, VariantSkipped
-from mlbench.backends.onnxruntime.target import COREML_COMPUTE_UNITS, GRAPH_OPTIMIZATION, PROVIDERS, \
-    OnnxruntimeTarget, provider_device
+from mlbench.backends.base import (
+    REFERENCE,
+    Backend,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    placement_metrics,
+    runtime_metrics,
+)
+from mlbench.backends.onnxruntime.target import (
+    COREML_COMPUTE_UNITS,
+    GRAPH_OPTIMIZATION,
+    PROVIDERS,
+    OnnxruntimeTarget,
+    provider_device,
+)
+from mlbench.machine import package_version
 from mlbench.records import ArtifactInfo, Metric
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.models import LoadedModel
 
-REFERENCE = "torch/cpu/float32"
-
-
 @dataclass
 class OnnxArtifact:
     path: Path
     graph: dict[str, Any]  # export.graph_summary of the saved file
 
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, opset: int | None) -> dict:
@@ -56,7 +60,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, opset: int | None) -
         "model_digest": model.digest,
         "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
         "options": {"precision": precision, "opset": opset},
-        "versions": {"torch": _version("torch"), "onnx": _version("onnx"), "onnxruntime": _version("onnxruntime"),
+        "versions": {"torch": package_version("torch"), "onnx": package_version("onnx"), "onnxruntime": package_version("onnxruntime"),
                      "mlbench": __version__},
     }
 
