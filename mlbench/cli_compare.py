@@ -195,10 +195,11 @@ def cmd_history(args: argparse.Namespace) -> int:
         print(f"\nno figures of {args.metric} in these runs{hint}")
         return 0
     rows = [["variant", "runs", "first", "last", "change", "trend"]]
+    without = 0
     for variant_id, points in series.items():
         values = [p for p in points if p.value is not None]
         if not values:
-            rows.append([variant_id, "0", "–", "–", "–", ""])
+            without += 1  # e.g. Core ML variants recorded on Linux, where they are not timed
             continue
         first, last = values[0], values[-1]
         change = f"{(last.value / first.value - 1) * 100:+.1f}%" if first.value else "–"
@@ -208,6 +209,8 @@ def cmd_history(args: argparse.Namespace) -> int:
                      sparkline([p.value for p in values])])
     print(f"\n{args.metric} per variant, oldest → newest (~ estimated):")
     print("\n".join(_table(rows, right={1, 2, 3, 4})))
+    if without:
+        print(f"({without} more variants have no {args.metric} in these runs: absent, with the reason, in their reports)")
     return 0
 
 

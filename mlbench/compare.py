@@ -13,8 +13,10 @@ Rules (pytest-benchmark style, `METRIC:THRESHOLD`):
                                (also status:skipped, status:gone)
 
 A latency rule counts a change only when the threshold is crossed *and* the noise test on the raw
-samples (`mlbench.noise`) says the two runs differ; a change in the other direction past the same
-threshold is an improvement, under the same test.
+samples (`mlbench.noise`) says the two runs differ *and*, for median and p90 rules, the bootstrap
+interval of the ratio lies wholly past the threshold (a real 30% slowdown clears it; a 12% swing of
+a busy machine between runs does not). A change in the other direction past the same threshold is
+an improvement, under the same tests.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlbench.config_base import suggest
-from mlbench.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u
+from mlbench.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
 from mlbench.records import RunRecord, RunReport
 
 # What is compared, in display order. Fractions (unit "ratio") move in percentage points.
@@ -238,6 +240,9 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
                               alpha=alpha, significant=False, reason="a run kept no raw samples")
         else:
             noise = mann_whitney_u(bs, hs, alpha)
+            statistic = {"latency.median": "median", "latency.p90": "p90"}.get(metric)
+            if statistic:
+                noise.interval = ratio_interval(bs, hs, statistic, alpha)
     return MetricDelta(
         metric=metric, unit=unit, base=bv, head=hv, base_source=b.source, head_source=h.source,
         ratio=(hv / bv) if bv else None, points=(hv - bv) * 100 if metric in FRACTIONS else None,
@@ -300,6 +305,13 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
     return 0
 
 
+def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -> bool:
+    """Does the whole interval of head/base lie past the rule's threshold, on the crossing's side?"""
+    low, high = ((value - 1) * 100 * rule.direction for value in interval)
+    nearest = min(low, high) if crossing > 0 else -max(low, high)
+    return nearest > rule.threshold
+
+
 def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str]) -> None:
     crossing = _crossing(rule, d)
     if not crossing:
@@ -315,6 +327,10 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
         verdict = d.noise.describe()
         if d.noise.p_value is not None and not d.noise.significant:
             held_back.append(f"{rule.text}: {message}, but {verdict}")
+            return
+        if rule.kind == "relative" and d.noise.interval is not None and not _interval_clears(rule, crossing,
+                                                                                            d.noise.interval):
+            held_back.append(f"{rule.text}: {message}, but the interval does not clear the threshold ({verdict})")
             return
     findings.append(Finding(rule=rule.text, metric=rule.metric, kind=kind, message=message, noise=verdict))
 
@@ -398,7 +414,8 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
     return Comparison(
         base=run_ref(base, base_label, base_commit), head=run_ref(head, head_label, head_commit),
         rules=[r.text for r in rules],
-        noise_test=f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}: a latency rule counts a "
-        "change only when the threshold is crossed and the test finds the samples differ",
+        noise_test=f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}, and a seeded bootstrap "
+        f"{100 * (1 - alpha):g}% interval of the median (or p90) ratio: a latency rule counts a change only when the "
+        "threshold is crossed, the test finds the samples differ, and the whole interval lies past the threshold",
         alpha=alpha, variants=variants, warnings=warnings, regressed=counts["regressed"] > 0, counts=counts,
     )

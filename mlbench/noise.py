@@ -37,12 +37,18 @@ class NoiseTest(BaseModel):
     alpha: float = Field(description="Significance level: the change is real when p_value < alpha.")
     significant: bool = Field(description="True when the samples differ beyond noise.")
     reason: str | None = Field(default=None, description="Why the test could not run.")
+    interval: tuple[float, float] | None = Field(
+        default=None, description="Bootstrap (1 - alpha) interval of head/base for the metric's statistic.")
 
     def describe(self) -> str:
         if self.p_value is None:
             return f"no noise test: {self.reason}"
         verdict = "beyond noise" if self.significant else "within noise"
-        return f"{self.test}: p={self.p_value:.2g} ({verdict}, α={self.alpha:g}, n={self.n_base}/{self.n_head})"
+        text = f"{self.test}: p={self.p_value:.2g} ({verdict}, α={self.alpha:g}, n={self.n_base}/{self.n_head})"
+        if self.interval is not None:
+            low, high = self.interval
+            text += f"; {100 * (1 - self.alpha):g}% interval of the change {100 * (low - 1):+.1f}% to {100 * (high - 1):+.1f}%"
+        return text
 
 
 def _u_counts(m: int, n: int) -> tuple[int, ...]:
@@ -107,3 +113,30 @@ def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = 
         method = "two-sided, normal approximation"
     return NoiseTest(test=f"{TEST_NAME} ({method})", n_base=n2, n_head=n1, u=u, p_value=p, alpha=alpha,
                      significant=p < alpha)
+
+
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def ratio_interval(base: Sequence[float], head: Sequence[float], statistic: str = "median",
+                   alpha: float = DEFAULT_ALPHA, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float] | None:
+    """Percentile-bootstrap (1 - alpha) interval of statistic(head) / statistic(base).
+
+    Mann–Whitney says whether two runs differ at all; with hundreds of samples it finds 3% shifts
+    that are only the machine's mood between runs. A threshold rule asks a different question —
+    did it get worse by more than 10%? — so the change counts only when this whole interval lies
+    past the threshold. Seeded: the same two reports always give the same verdict.
+    """
+    if min(len(base), len(head)) < MIN_SAMPLES:
+        return None
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    b = np.asarray(base, dtype=np.float64)
+    h = np.asarray(head, dtype=np.float64)
+    q = {"median": 50.0, "p90": 90.0}[statistic]
+    sb = np.percentile(b[rng.integers(0, len(b), (resamples, len(b)))], q, axis=1)
+    sh = np.percentile(h[rng.integers(0, len(h), (resamples, len(h)))], q, axis=1)
+    ratios = sh / np.where(sb > 0, sb, np.nan)
+    low, high = np.nanpercentile(ratios, [100 * alpha / 2, 100 * (1 - alpha / 2)])
+    return float(low), float(high)

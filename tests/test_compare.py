@@ -134,6 +134,24 @@ def test_noise_guard_holds_back_a_threshold_crossing_the_samples_do_not_support(
     assert "### Within noise (not counted)" in text and "`m/torch/noisy`: latency.median:+10%" in text
 
 
+def test_a_real_but_small_shift_must_clear_the_threshold_with_its_whole_interval():
+    """A busy machine moves a median 12% between runs, and with 100 samples Mann–Whitney calls that
+    real; the rule asks for more than 10% worse, so the whole bootstrap interval must lie past it."""
+    rng = random.Random(1)
+    base_samples = [10.0 * (1 + rng.random()) for _ in range(100)]   # 10..20 ms, median ~15
+    drift = [x * 1.12 for x in base_samples]                          # +12%: beyond noise, not past +10% for sure
+    slower = [x * 1.30 for x in base_samples]                         # +30%: clears +10% with its interval
+    base = run_of([rec("m/torch/drift", base_samples), rec("m/torch/slow", base_samples)], "b")
+    head = run_of([rec("m/torch/drift", drift), rec("m/torch/slow", slower)], "h")
+    drift_cmp, slow_cmp = compare(base, head, parse_rules(["latency.median:+10%"])).variants
+    assert drift_cmp.group == "unchanged"
+    assert "beyond noise" in drift_cmp.held_back[0] and "the interval does not clear the threshold" in \
+        drift_cmp.held_back[0]
+    assert slow_cmp.group == "regressed"
+    low = float(slow_cmp.findings[0].noise.split("interval of the change ")[1].split("%")[0])
+    assert low > 10
+
+
 def test_groups_status_limits_and_improvements():
     base = run_of([rec("a/torch/cpu", [1.0] * 10), rec("b/torch/cpu", status="ok", verify__max_rel=Metric.measured(1e-3, "ratio")),
                    rec("c/torch/cpu", [1.0 + i * 0.001 for i in range(10)]), rec("gone/torch/cpu")], "b")
