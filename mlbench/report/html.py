@@ -26,7 +26,7 @@ LATENCY_COLOR = "#5e35b1"
 WHISKER_COLOR = "#212121"
 TREND_COLOR = "#00838f"
 
-LABEL_W = 300
+LABEL_W = 400  # room for ids like mobilenet_v3_small/onnxruntime/float32/cpu in 12 px monospace
 PLOT_W = 520
 VALUE_W = 250
 ROW_H = 26
@@ -225,7 +225,7 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
 
 
 def _table(records: Sequence[RunRecord]) -> str:
-    head = ("variant", "status", "median ms", "best ms", "p90 ms", "load s", "verify max_rel", "Neural Engine", "note")
+    head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", "Neural Engine", "note")
     rows = []
     for r in records:
         ne = _value(r, "placement.neural_engine")
@@ -233,7 +233,7 @@ def _table(records: Sequence[RunRecord]) -> str:
             escape(r.variant_id), f'<span class="{r.status}">{escape(r.status)}</span>',
             _metric_text(r.metrics.get("latency.median")), _metric_text(r.metrics.get("latency.best")),
             _metric_text(r.metrics.get("latency.p90")),
-            _metric_text(r.metrics.get("load_time"), lambda v: f"{v:.3f}"),
+            _metric_text(r.metrics.get("load_time")),
             f"{r.verify.max_rel:.2e}" if r.verify else "–",
             _metric_text(ne, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
