@@ -18,6 +18,7 @@ from html import escape
 from typing import Protocol
 
 from mlbench.records import Metric, RunRecord, RunReport
+from mlbench.report.markdown import fmt_metric, fmt_ms
 
 DEVICES = (("neural_engine", "Neural Engine", "#2e7d32"), ("gpu", "GPU", "#1565c0"), ("cpu", "CPU", "#ef6c00"))
 SHORT = {"neural_engine": "NE", "gpu": "GPU", "cpu": "CPU"}
@@ -58,18 +59,6 @@ table { border-collapse: collapse; margin-top: 8px; } th, td { padding: 3px 10px
 
 def _num(value: float) -> str:
     return f"{value:.2f}".rstrip("0").rstrip(".") if value else "0"
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
-
-
-def _metric_text(metric: Metric | None, fmt=_ms) -> str:
-    if metric is None or metric.value is None:
-        return "–"
-    return ("~" if metric.source == "estimated" else "") + fmt(metric.value)
 
 
 def _nice_max(value: float) -> float:
@@ -125,8 +114,8 @@ def latency_chart(records: Sequence[RunRecord]) -> str:
             continue
         estimated = median.source == "estimated"
         fill = "url(#est)" if estimated else LATENCY_COLOR
-        tip = (f"{record.variant_id}: median {_ms(median.value)} ms, best {_ms(best.value if best else None)} ms, "
-               f"p90 {_ms(p90.value if p90 else None)} ms ({median.source})")
+        tip = (f"{record.variant_id}: median {fmt_ms(median.value)} ms, best {fmt_ms(best.value if best else None)} ms, "
+               f"p90 {fmt_ms(p90.value if p90 else None)} ms ({median.source})")
         parts.append(f'<rect class="bar median" x="{LABEL_W}" y="{y + 5}" width="{max(x(median.value) - LABEL_W, 1):.1f}" '
                      f'height="{ROW_H - 10}" fill="{fill}" fill-opacity="0.85"><title>{escape(tip)}</title></rect>')
         if best is not None and p90 is not None:
@@ -135,9 +124,9 @@ def latency_chart(records: Sequence[RunRecord]) -> str:
                          f'<line x1="{x1:.1f}" y1="{ym}" x2="{x2:.1f}" y2="{ym}"/>'
                          f'<line x1="{x1:.1f}" y1="{ym - 6}" x2="{x1:.1f}" y2="{ym + 6}"/>'
                          f'<line x1="{x2:.1f}" y1="{ym - 6}" x2="{x2:.1f}" y2="{ym + 6}"/></g>')
-        label = f"{_metric_text(median)} ms"
+        label = f"{fmt_metric(median)} ms"
         if best is not None and p90 is not None:
-            label += f"  ({_ms(best.value)}–{_ms(p90.value)})"
+            label += f"  ({fmt_ms(best.value)}–{fmt_ms(p90.value)})"
         parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}">{escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -216,7 +205,7 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
              f'<polyline class="trend-line" points="{coords}" fill="none" stroke="{TREND_COLOR}" stroke-width="2"/>']
     for i, p in enumerate(values):
         current = p.run_id == current_run
-        tip = f"run {p.run_id} ({p.created}): {_ms(p.value)} ms ({p.source})" + (" — this run" if current else "")
+        tip = f"run {p.run_id} ({p.created}): {fmt_ms(p.value)} ms ({p.source})" + (" — this run" if current else "")
         parts.append(f'<circle cx="{px(i):.1f}" cy="{py(p.value):.1f}" r="{4.5 if current else 3}" '
                      f'fill="{"#ffffff" if current else TREND_COLOR}" stroke="{TREND_COLOR}" stroke-width="2">'
                      f'<title>{escape(tip)}</title></circle>')
@@ -231,11 +220,11 @@ def _table(records: Sequence[RunRecord]) -> str:
         ne = _value(r, "placement.neural_engine")
         cells = [
             escape(r.variant_id), f'<span class="{r.status}">{escape(r.status)}</span>',
-            _metric_text(r.metrics.get("latency.median")), _metric_text(r.metrics.get("latency.best")),
-            _metric_text(r.metrics.get("latency.p90")),
-            _metric_text(r.metrics.get("load_time")),
+            fmt_metric(r.metrics.get("latency.median")), fmt_metric(r.metrics.get("latency.best")),
+            fmt_metric(r.metrics.get("latency.p90")),
+            fmt_metric(r.metrics.get("load_time")),
             f"{r.verify.max_rel:.2e}" if r.verify else "–",
-            _metric_text(ne, lambda v: f"{v * 100:.0f}%"),
+            fmt_metric(ne, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

@@ -10,13 +10,14 @@ BASELINE = {"backend": "torch", "device": "cpu", "precision": "float32"}
 STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}
 
 
-def _fmt_ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds with the digits that matter at that size; – when absent."""
     if value is None:
         return "–"
     return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
 
 
-def fmt_metric(metric: Metric | None, fmt=_fmt_ms) -> str:
+def fmt_metric(metric: Metric | None, fmt=fmt_ms) -> str:
     """A figure as text; estimated ones carry `~` so they never pass for measured ones."""
     if metric is None or metric.value is None:
         return "–"
@@ -128,7 +129,7 @@ def render_op_times(records: list[RunRecord], top: int = OP_TIME_TOP) -> list[st
         variant = "/".join([record.backend, *record.axes.values()])
         by_type, by_node = op_time.get("by_type", []), op_time.get("by_node", [])
         lines += [
-            f"<details><summary>Per-operator time of <code>{variant}</code>: {_fmt_ms(op_time.get('total_ms'))} ms "
+            f"<details><summary>Per-operator time of <code>{variant}</code>: {fmt_ms(op_time.get('total_ms'))} ms "
             f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({op_time.get('method')})</summary>",
             "",
             f"| Op type (top {min(top, len(by_type))} of {len(by_type)}) | Nodes | ms / run | Share | Providers |",
@@ -136,14 +137,14 @@ def render_op_times(records: list[RunRecord], top: int = OP_TIME_TOP) -> list[st
         ]
         for row in by_type[:top]:
             providers = ", ".join(f"{p.removesuffix('ExecutionProvider')} ×{n}" for p, n in row["providers"].items())
-            lines.append(f"| {row['op_type']} | {row['nodes']} | {_fmt_ms(row['time_ms'])} "
+            lines.append(f"| {row['op_type']} | {row['nodes']} | {fmt_ms(row['time_ms'])} "
                          f"| {100 * row['share']:.1f}% | {providers} |")
         lines += ["", f"| Node (top {min(top, len(by_node))} of {len(by_node)}) | Op type | Provider | ms / run | Share |",
                   "|---|---|---|---:|---:|"]
         for row in by_node[:top]:
             name = str(row["name"]).replace("|", "\\|")
             lines.append(f"| `{name}` | {row['op_type']} | {str(row['provider']).removesuffix('ExecutionProvider')} "
-                         f"| {_fmt_ms(row['time_ms'])} | {100 * row['share']:.1f}% |")
+                         f"| {fmt_ms(row['time_ms'])} | {100 * row['share']:.1f}% |")
         lines += ["", "</details>", ""]
     return lines
 
