@@ -37,6 +37,7 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
     import torchvision
 
     from mlbench.backends.torch_eager import TorchBackend
+    from mlbench.cache import ArtifactCache
     from mlbench.config import PipelineConfig
     from mlbench.matrix import expand
     from mlbench.models import load_model
@@ -51,7 +52,7 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
     assert torchvision  # imported for the model registry
     loaded = load_model(config.models[0], seed=0, base_dir=ROOT)
     variant = expand(config)[0]
-    backend = TorchBackend(config.targets[0], config)
+    backend = TorchBackend(config.targets[0], config, ArtifactCache())  # eager: the cache stays unused
     exported = backend.export(loaded, variant)
     mine, bare = [], []
     def run_mine() -> None:
