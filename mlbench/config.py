@@ -322,15 +322,17 @@ class Pipeline:
     def base_dir(self) -> Path:
         return self.path.parent
 
+    def resolve(self, path: Path) -> Path:
+        """A path from the file, taken relative to the file's folder unless absolute."""
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
     @property
     def cache_dir(self) -> Path:
         """The pipeline's cache dir, else $MLBENCH_CACHE_DIR, else the platform's user cache dir."""
         from mlbench.cache import default_cache_dir
 
         configured = self.config.cache.dir
-        if configured is None:
-            return default_cache_dir()
-        return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
+        return default_cache_dir() if configured is None else self.resolve(configured)
 
     @property
     def history_path(self) -> Path:
@@ -338,14 +340,11 @@ class Pipeline:
         from mlbench.history import default_history_path
 
         configured = self.config.history.path
-        if configured is None:
-            return default_history_path()
-        return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
+        return default_history_path() if configured is None else self.resolve(configured)
 
     @property
     def report_dir(self) -> Path:
-        configured = self.config.report.dir or Path("reports") / self.config.name
-        return configured if configured.is_absolute() else (self.base_dir / configured).resolve()
+        return self.resolve(self.config.report.dir or Path("reports") / self.config.name)
 
 
 def load_pipeline(path: str | Path) -> Pipeline:
