@@ -19,9 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlbench.config import CacheSettings, HistorySettings, Pipeline, ReportSettings, load_pipeline
+from mlbench.config.pipeline import CacheSettings, HistorySettings, Pipeline, ReportSettings, load_pipeline
 from mlbench.matrix import Plan, expand
-from mlbench.runner import run
+from mlbench.run.runner import run
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -36,11 +36,11 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
     import torch
     import torchvision
 
-    from mlbench.backends.torch_eager import TorchBackend
-    from mlbench.cache import ArtifactCache
-    from mlbench.config import PipelineConfig
+    from mlbench.backends.torch.backend import TorchBackend
+    from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import expand
-    from mlbench.models import load_model
+    from mlbench.sources.loading import load_model
+    from mlbench.store.cache import ArtifactCache
 
     config = PipelineConfig.model_validate({
         "version": 1, "name": "overhead",
@@ -72,7 +72,7 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
 def per_call_overhead_ns(calls: int = 200_000) -> tuple[float, float]:
     """Median ns per timed no-op call: mlbench's loop and the bare loop. The difference is all
     the harness can add to a model's figure, free of the model's own noise."""
-    from mlbench.measure import time_calls
+    from mlbench.timing import time_calls
 
     def noop() -> None:
         return None

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlbench.config import PipelineConfig
-    from mlbench.config_base import TargetBase
+    from mlbench.config.base import TargetBase
+    from mlbench.config.pipeline import PipelineConfig
 
 
 @dataclass(frozen=True)

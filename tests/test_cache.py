@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import mlbench
-from mlbench.cache import (
+from mlbench.errors import UserError
+from mlbench.store.cache import (
     ArtifactCache,
     BuildResult,
     CacheEntry,
@@ -23,8 +24,7 @@ from mlbench.cache import (
     format_size,
     parse_size,
 )
-from mlbench.errors import UserError
-from mlbench.hashing import artifact_key, sha256_path
+from mlbench.store.hashing import artifact_key, sha256_path
 
 INPUTS = {"backend": "onnx", "model_digest": "d" * 64, "options": {"opset": 17}}
 
@@ -180,10 +180,10 @@ def test_corrupt_entry_is_evicted_and_rebuilt(
     entry, _ = cache.get_or_build(key, INPUTS, builder)
     corrupt(entry)
 
-    with caplog.at_level(logging.WARNING, logger="mlbench.cache"):
+    with caplog.at_level(logging.WARNING, logger="mlbench.store.cache"):
         assert cache.lookup(key) is None
     assert [(r.name, r.levelname, r.getMessage()) for r in caplog.records] == [
-        ("mlbench.cache", "WARNING", f"cache entry {key[:12]} is corrupt ({why}); rebuilding")
+        ("mlbench.store.cache", "WARNING", f"cache entry {key[:12]} is corrupt ({why}); rebuilding")
     ]
     assert not entry.path.exists()
     assert tmp_leftovers(tmp_path) == []
@@ -203,7 +203,7 @@ def test_corrupt_entry_found_by_get_or_build_is_rebuilt(
     key, build = key_for("gob"), FileBuilder()
     entry, _ = cache.get_or_build(key, INPUTS, build)
     _corrupt_flip_byte(entry)
-    with caplog.at_level(logging.WARNING, logger="mlbench.cache"):
+    with caplog.at_level(logging.WARNING, logger="mlbench.store.cache"):
         rebuilt, hit = cache.get_or_build(key, INPUTS, build)
     assert (hit, build.calls) == (False, 2)
     assert rebuilt.artifact_path.read_bytes() == b"onnx-bytes"

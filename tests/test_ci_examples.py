@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlbench.cli import build_parser
-from mlbench.cli import main as cli_main
-from mlbench.cli_compare import register
-from mlbench.config import load_pipeline
+from mlbench.cli.compare import register
+from mlbench.cli.main import build_parser
+from mlbench.cli.main import main as cli_main
+from mlbench.config.pipeline import load_pipeline
 from tests.conftest import ROOT
 
 CI = ROOT / "examples" / "ci"
@@ -29,7 +29,7 @@ def load(name: str) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = build_parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    if "compare" not in sub.choices:  # until mlbench.cli registers them itself
+    if "compare" not in sub.choices:  # until mlbench.cli.main registers them itself
         register(sub)
     return p
 

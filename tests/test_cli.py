@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from mlbench.cli import main
+from mlbench.cli.main import main
 from tests.conftest import ROOT
 
 
@@ -27,7 +27,7 @@ def test_validate_missing_file(tmp_path, capsys):
 
 def test_validate_never_imports_torch():
     code = (
-        "import sys; from mlbench.cli import main; "
+        "import sys; from mlbench.cli.main import main; "
         "rc = main(['validate', '-q', *sys.argv[1:]]); "
         "heavy = [m for m in ('torch', 'torchvision', 'coremltools', 'onnxruntime', 'numpy') if m in sys.modules]; "
         "print(heavy); sys.exit(rc)"

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from mlbench.cli import main
-from mlbench.compare import Comparison, RuleError, compare, parse_rule, parse_rules
-from mlbench.noise import mann_whitney_u
+from mlbench.cli.main import main
+from mlbench.compare.comparison import Comparison, RuleError, compare, parse_rule, parse_rules
+from mlbench.compare.noise import mann_whitney_u
 from mlbench.records import Latency, Metric, RunRecord, RunReport
 from mlbench.report.compare_markdown import render_comparison_markdown
 from tests.test_report import report as make_report
@@ -184,9 +184,9 @@ def test_different_machines_are_warned_about():
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     pytest.importorskip("torch")
-    from mlbench.config import load_pipeline
-    from mlbench.runner import run
-    from tests.conftest import TINY_PIPELINE, ROOT
+    from mlbench.config.pipeline import load_pipeline
+    from mlbench.run.runner import run
+    from tests.conftest import ROOT, TINY_PIPELINE
 
     folder = tmp_path_factory.mktemp("runs")
     # One intra-op thread: on a shared 2-core machine, two OpenMP threads contending with another
@@ -291,7 +291,7 @@ def test_first_run_has_nothing_to_compare_with(two_runs, tmp_path, capsys):
     empty = tmp_path / "h.sqlite"
     assert main(["compare", "last-on-this-machine", str(first), "--db", str(empty)]) == 2
     capsys.readouterr()
-    from mlbench.history import record_run
+    from mlbench.store.history import record_run
 
     record_run(RunReport.model_validate_json(first.read_text()), first, empty)
     assert main(["compare", "last-on-this-machine", str(first), "--db", str(empty), "--allow-missing-base"]) == 0
@@ -300,7 +300,7 @@ def test_first_run_has_nothing_to_compare_with(two_runs, tmp_path, capsys):
 
 
 def test_gate_rules_in_the_pipeline_are_checked_with_their_place(write_pipeline, tiny_pipeline_text, capsys):
-    from mlbench.cli import main as cli_main
+    from mlbench.cli.main import main as cli_main
 
     text = tiny_pipeline_text.replace("report: {dir: out}", "report:\n  dir: out\n  gate:\n    - status:failed\n"
                                       "    - latency.median:+10")

@@ -6,13 +6,12 @@ import pytest
 import torch
 from torch import nn
 
+from mlbench.backends.base import placement_metrics
 from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, Totals, analyse_package
 from mlbench.backends.coreml.compute_plan import placement_from_plan
 from mlbench.backends.coreml.export import export_coreml
-from mlbench.backends.coreml.placement import (
-    ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type)
-from mlbench.backends.base import placement_metrics
-from mlbench.cli import main
+from mlbench.backends.coreml.placement import ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type
+from mlbench.cli.main import main
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")
@@ -195,8 +194,8 @@ def test_prediction_inputs_follow_the_declared_dtypes(tmp_path):
 
     from mlbench.backends.coreml.backend import CoremlArtifact
     from mlbench.backends.coreml.runtime import ordered_outputs, prediction_inputs
-    from mlbench.config import ModelSpec
-    from mlbench.models import load_model
+    from mlbench.config.pipeline import ModelSpec
+    from mlbench.sources.loading import load_model
 
     sys.path.insert(0, str(ROOT / "examples"))
     spec = ModelSpec(name="tiny", source=f"{ROOT}/examples/tiny_cnn.py:TinyCNN",

@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from mlbench.cache import ArtifactCache
-from mlbench.cli import main
-from mlbench.config import load_pipeline
-from mlbench.progress import LiveProgress, PlainProgress, for_terminal
-from mlbench.runner import run
+from mlbench.cli.main import main
+from mlbench.config.pipeline import load_pipeline
+from mlbench.run.progress import LiveProgress, PlainProgress, for_terminal
+from mlbench.run.runner import run
+from mlbench.store.cache import ArtifactCache
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")

@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from mlbench.errors import UserError
-from mlbench.hashing import (
+from mlbench.store.hashing import (
     artifact_key,
     canonical_json,
     path_size,

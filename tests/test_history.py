@@ -8,9 +8,16 @@ import subprocess
 
 import pytest
 
-from mlbench.cli import main
-from mlbench.history import (
-    SCHEMA_VERSION, HistoryError, connect, list_runs, load_report, metric_series, record_run, resolve,
+from mlbench.cli.main import main
+from mlbench.store.history import (
+    SCHEMA_VERSION,
+    HistoryError,
+    connect,
+    list_runs,
+    load_report,
+    metric_series,
+    record_run,
+    resolve,
 )
 from tests.test_compare import rec, run_of
 
@@ -114,7 +121,7 @@ def tiny_with_history(write_pipeline, tiny_pipeline_text, tmp_path):
 
 
 def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
-    from mlbench.cli import main as cli_main
+    from mlbench.cli.main import main as cli_main
 
     assert cli_main(["run", "-q", str(tiny_with_history)]) == 0
     assert cli_main(["run", "-q", str(tiny_with_history)]) == 0
@@ -141,7 +148,7 @@ def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
 
 
 def test_a_history_that_cannot_be_written_is_a_warning_not_a_lost_report(tiny_with_history, tmp_path, capsys):
-    from mlbench.cli import main as cli_main
+    from mlbench.cli.main import main as cli_main
 
     (tmp_path / "runs" / "history.sqlite").mkdir(parents=True)  # a folder where the database should be
     assert cli_main(["run", "-q", str(tiny_with_history)]) == 0

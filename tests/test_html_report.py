@@ -128,7 +128,7 @@ def test_chromium_draws_every_chart(tmp_path):
 @pytest.mark.skipif(_chromium() is None, reason="needs a Chromium (apt-get install chromium)")
 def test_a_run_writes_the_html_report_with_trends(write_pipeline, tiny_pipeline_text, tmp_path):
     pytest.importorskip("torch")
-    from mlbench.cli import main
+    from mlbench.cli.main import main
 
     text = tiny_pipeline_text.replace("report: {dir: out}", "report: {dir: out, formats: [html]}")
     path = write_pipeline(text + "history: {path: history.sqlite}\n")

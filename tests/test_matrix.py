@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mlbench.config import PipelineConfig
 import pytest
 
+from mlbench.config.pipeline import PipelineConfig
 from mlbench.matrix import Plan, VariantConflict, expand
 
 

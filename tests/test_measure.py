@@ -7,7 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from mlbench.measure import percentile, summarise, time_calls
+from mlbench.timing import percentile, summarise, time_calls
 
 
 def test_warmup_calls_are_not_timed():

@@ -7,10 +7,10 @@ import json
 import jsonschema
 import pytest
 
-from mlbench.cli import main
-from mlbench.config import load_pipeline
+from mlbench.cli.main import main
+from mlbench.config.pipeline import load_pipeline
 from mlbench.report.json_report import report_schema
-from mlbench.runner import run
+from mlbench.run.runner import run
 from tests.conftest import ROOT
 
 pytest.importorskip("torch")
@@ -61,7 +61,7 @@ targets:""".format(root=ROOT)
 
 
 def test_same_seed_same_weights_and_outputs(write_pipeline, tiny_pipeline_text):
-    from mlbench.models import load_model
+    from mlbench.sources.loading import load_model
 
     spec = load_pipeline(write_pipeline(tiny_pipeline_text)).config.models[0]
     first, second = (load_model(spec, seed=0, base_dir=ROOT) for _ in range(2))

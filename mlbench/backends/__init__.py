@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from mlbench.backends.coreml.target import CoremlTarget
 from mlbench.backends.onnxruntime.target import OnnxruntimeTarget
-from mlbench.backends.torch_eager import TorchTarget
+from mlbench.backends.torch.target import TorchTarget
 
 if TYPE_CHECKING:
     from mlbench.backends.base import Backend
@@ -21,7 +21,7 @@ TARGET_MODELS = (TorchTarget, CoremlTarget, OnnxruntimeTarget)
 """Every target model, in the order the schema lists them."""
 
 _BACKEND_CLASSES = {
-    "torch": "mlbench.backends.torch_eager:TorchBackend",
+    "torch": "mlbench.backends.torch.backend:TorchBackend",
     "coreml": "mlbench.backends.coreml.backend:CoremlBackend",
     "onnxruntime": "mlbench.backends.onnxruntime.backend:OnnxruntimeBackend",
 }

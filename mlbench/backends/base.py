@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from mlbench.records import ArtifactInfo, Latency, Metric, Placement, Verification
 
 if TYPE_CHECKING:
-    from mlbench.cache import ArtifactCache
-    from mlbench.config import PipelineConfig
-    from mlbench.config_base import TargetBase
+    from mlbench.config.base import TargetBase
+    from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
-    from mlbench.models import LoadedModel
+    from mlbench.sources.loading import LoadedModel
+    from mlbench.store.cache import ArtifactCache
 
 
 REFERENCE = "torch/cpu/float32"

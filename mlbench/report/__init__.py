@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlbench.config import Pipeline
+    from mlbench.config.pipeline import Pipeline
     from mlbench.records import RunReport
 
 
@@ -56,7 +56,7 @@ def _trends(report: RunReport, pipeline: Pipeline, runs: int = 30) -> dict:
     import logging
 
     from mlbench.errors import UserError
-    from mlbench.history import metric_series
+    from mlbench.store.history import metric_series
 
     path = pipeline.history_path
     if not pipeline.config.history.enabled or not path.exists():

@@ -3,7 +3,7 @@ new / gone — ready for a pull-request comment or `$GITHUB_STEP_SUMMARY`."""
 
 from __future__ import annotations
 
-from mlbench.compare import Comparison, MetricDelta, RunRef, VariantComparison, _fmt, describe_change
+from mlbench.compare.comparison import Comparison, MetricDelta, RunRef, VariantComparison, _fmt, describe_change
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
 SUMMARY_METRICS = ("latency.median", "placement.neural_engine", "verify.max_rel")

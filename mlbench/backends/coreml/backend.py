@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from mlbench.backends.coreml.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
-    from mlbench.models import LoadedModel
+    from mlbench.sources.loading import LoadedModel
 
 NOT_MACOS = "Core ML runs only on macOS; this machine runs {system}"
 
@@ -71,8 +71,8 @@ class CoremlBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.export import check_deployment_target, export_coreml
-        from mlbench.cache import BuildResult
-        from mlbench.hashing import artifact_key
+        from mlbench.store.cache import BuildResult
+        from mlbench.store.hashing import artifact_key
 
         precision = variant.axis("precision")
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))

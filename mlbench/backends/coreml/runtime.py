@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.base import REFERENCE, Measurement, runtime_metrics
-from mlbench.measure import time_calls, time_once
 from mlbench.records import Metric
+from mlbench.timing import time_calls, time_once
 
 if TYPE_CHECKING:
     import numpy as np
 
     from mlbench.backends.coreml.backend import CoremlArtifact
-    from mlbench.config import PipelineConfig
+    from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
-    from mlbench.models import LoadedModel
+    from mlbench.sources.loading import LoadedModel
 
 _NUMPY_DTYPES = {"fp32": "float32", "fp16": "float16", "int32": "int32", "fp64": "float64"}
 
@@ -75,7 +75,7 @@ def measure_package(
         metrics["load_time.coreml"] = Metric.measured(coreml_load / 1e6, "ms")
     own = own[settings.warmup:]  # the warmup calls are thrown away here too
     if own:
-        from mlbench.measure import summarise
+        from mlbench.timing import summarise
 
         coreml_latency = summarise(own, warmup=settings.warmup, threads=None, total_s=sum(own) / 1e3,
                                    stopped_by=latency.stopped_by)

@@ -42,7 +42,7 @@ from mlbench.records import ArtifactInfo, Metric
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
-    from mlbench.models import LoadedModel
+    from mlbench.sources.loading import LoadedModel
 
 @dataclass
 class OnnxArtifact:
@@ -84,8 +84,8 @@ class OnnxruntimeBackend(Backend):
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         from mlbench.backends.onnxruntime.export import export_onnx, graph_summary
-        from mlbench.cache import BuildResult
-        from mlbench.hashing import artifact_key
+        from mlbench.store.cache import BuildResult
+        from mlbench.store.hashing import artifact_key
 
         precision = variant.axis("precision")
         key_inputs = artifact_key_inputs(model, precision, self.target.opset)
@@ -149,7 +149,7 @@ class OnnxruntimeBackend(Backend):
         import onnxruntime as ort
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
-        from mlbench.measure import time_calls, time_once
+        from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_outputs
 
         artifact: OnnxArtifact = exported.payload

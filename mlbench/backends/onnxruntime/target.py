@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from mlbench.config_base import Axis, TargetBase
+from mlbench.config.base import Axis, TargetBase
 
 PROVIDERS: dict[str, str] = {
     "cpu": "CPUExecutionProvider",

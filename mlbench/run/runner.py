@@ -11,16 +11,16 @@ import uuid
 
 from mlbench import __version__
 from mlbench.backends import backend_class
-from mlbench.cache import ArtifactCache
-from mlbench.config import Pipeline
+from mlbench.config.pipeline import Pipeline
 from mlbench.errors import UserError, short_error
-from mlbench.executors import DaskExecutor, LocalExecutor
-from mlbench.journal import Journal
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
-from mlbench.progress import Progress
 from mlbench.records import PipelineInfo, RunRecord, RunReport
-from mlbench.work import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
+from mlbench.run.executors import DaskExecutor, LocalExecutor
+from mlbench.run.journal import Journal
+from mlbench.run.progress import Progress
+from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
+from mlbench.store.cache import ArtifactCache
 
 
 class Runner:
@@ -153,11 +153,11 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
     if pipeline.config.history.enabled:  # after the reports: a history failure never loses a report
         import logging
 
-        from mlbench.history import record_run
+        from mlbench.store.history import record_run
 
         try:
             record_run(report, pipeline.path, pipeline.history_path)
         except Exception as exc:  # noqa: BLE001 - one warning line, the run stands
             why = str(exc) if isinstance(exc, UserError) else f"{pipeline.history_path}: {short_error(exc)}"
-            logging.getLogger("mlbench.history").warning("run not added to the history: %s", why)
+            logging.getLogger("mlbench.store.history").warning("run not added to the history: %s", why)
     return report

@@ -13,7 +13,7 @@ Rules (pytest-benchmark style, `METRIC:THRESHOLD`):
                                (also status:skipped, status:gone)
 
 A latency rule counts a change only when the threshold is crossed *and* the noise test on the raw
-samples (`mlbench.noise`) says the two runs differ *and*, for median and p90 rules, the bootstrap
+samples (`mlbench.compare.noise`) says the two runs differ *and*, for median and p90 rules, the bootstrap
 interval of the ratio lies wholly past the threshold (a real 30% slowdown clears it; a 12% swing of
 a busy machine between runs does not). A change in the other direction past the same threshold is
 an improvement, under the same tests.
@@ -26,8 +26,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlbench.config_base import suggest
-from mlbench.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
+from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
+from mlbench.config.base import suggest
 from mlbench.records import RunRecord, RunReport
 
 # What is compared, in display order. Fractions (unit "ratio") move in percentage points.

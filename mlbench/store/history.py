@@ -95,14 +95,14 @@ def default_history_path() -> Path:
     env = os.environ.get("MLBENCH_HISTORY")
     if env:
         return Path(env).expanduser()
-    from mlbench.cache import default_cache_dir
+    from mlbench.store.cache import default_cache_dir
 
     return default_cache_dir().parent / "mlbench-history.sqlite"
 
 
 def machine_key(machine: dict) -> str:
     """One string per kind of machine: OS, architecture, CPU model and count (not the hostname)."""
-    from mlbench.compare import machine_key as key
+    from mlbench.compare.comparison import machine_key as key
 
     return json.dumps(list(key(machine)))
 
@@ -242,7 +242,7 @@ class RunRow:
 
     @property
     def machine_words(self) -> str:
-        from mlbench.compare import machine_words
+        from mlbench.compare.comparison import machine_words
 
         return machine_words(self.machine)
 

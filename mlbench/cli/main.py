@@ -20,7 +20,7 @@ def _err(text: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mlbench.config import load_pipeline
+    from mlbench.config.pipeline import load_pipeline
 
     failed = 0
     for path in args.files:
@@ -39,7 +39,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mlbench.config import load_pipeline
+    from mlbench.config.pipeline import load_pipeline
     from mlbench.matrix import Plan, expand
 
     pipeline = load_pipeline(args.file)
@@ -73,10 +73,10 @@ def _executor_address(text: str | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlbench.config import load_pipeline
-    from mlbench.executors import default_jobs
-    from mlbench.progress import for_terminal
-    from mlbench.runner import run
+    from mlbench.config.pipeline import load_pipeline
+    from mlbench.run.executors import default_jobs
+    from mlbench.run.progress import for_terminal
+    from mlbench.run.runner import run
 
     pipeline = load_pipeline(args.file)
     address = _executor_address(args.executor)
@@ -96,7 +96,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
-    from mlbench.config import pipeline_schema
+    from mlbench.config.pipeline import pipeline_schema
     from mlbench.report.json_report import report_schema
 
     schemas = {"pipeline": pipeline_schema(), "report": report_schema()}
@@ -113,7 +113,7 @@ def cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace):
-    from mlbench.cache import ArtifactCache, default_cache_dir
+    from mlbench.store.cache import ArtifactCache, default_cache_dir
 
     return ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
 
@@ -121,7 +121,7 @@ def _cache(args: argparse.Namespace):
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     from datetime import datetime
 
-    from mlbench.cache import format_size
+    from mlbench.store.cache import format_size
 
     cache = _cache(args)
     entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
@@ -141,7 +141,7 @@ def cmd_cache_info(args: argparse.Namespace) -> int:
 
 
 def cmd_cache_prune(args: argparse.Namespace) -> int:
-    from mlbench.cache import format_size, parse_size
+    from mlbench.store.cache import format_size, parse_size
 
     cache = _cache(args)
     removed = cache.prune(parse_size(args.max_size))
@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
     p.set_defaults(func=cmd_schema)
 
-    from mlbench.cli_compare import register
+    from mlbench.cli.compare import register
 
     register(sub)  # compare, history
     return parser

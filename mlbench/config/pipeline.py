@@ -15,7 +15,7 @@ from pydantic import AfterValidator, Field, ValidationError, create_model, field
 
 from mlbench.backends import TARGET_MODELS
 from mlbench.backends.coreml.target import NO_OPTIMIZATION, Recipe
-from mlbench.config_base import StrictModel, TargetBase, suggest
+from mlbench.config.base import StrictModel, TargetBase, suggest
 from mlbench.errors import UserError
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -70,7 +70,7 @@ class VerifySettings(StrictModel):
 
 
 def _gate_rule(text: str) -> str:
-    from mlbench.compare import RuleError, parse_rule
+    from mlbench.compare.comparison import RuleError, parse_rule
 
     try:
         parse_rule(text)
@@ -329,7 +329,7 @@ class Pipeline:
     @property
     def cache_dir(self) -> Path:
         """The pipeline's cache dir, else $MLBENCH_CACHE_DIR, else the platform's user cache dir."""
-        from mlbench.cache import default_cache_dir
+        from mlbench.store.cache import default_cache_dir
 
         configured = self.config.cache.dir
         return default_cache_dir() if configured is None else self.resolve(configured)
@@ -337,7 +337,7 @@ class Pipeline:
     @property
     def history_path(self) -> Path:
         """The pipeline's history path, else $MLBENCH_HISTORY, else beside the default cache folder."""
-        from mlbench.history import default_history_path
+        from mlbench.store.history import default_history_path
 
         configured = self.config.history.path
         return default_history_path() if configured is None else self.resolve(configured)
@@ -349,7 +349,7 @@ class Pipeline:
 
 def load_pipeline(path: str | Path) -> Pipeline:
     """Read, check and validate a pipeline file. Raises UserError (PipelineInvalid for many)."""
-    from mlbench.loader import load_yaml
+    from mlbench.config.loader import load_yaml
 
     path = Path(path)
     loaded = load_yaml(path)

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mlbench.config import ModelSpec
+    from mlbench.config.pipeline import ModelSpec
 
 _TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
                  "int64": "int64", "int32": "int32", "bool": "bool"}

@@ -17,7 +17,7 @@ HISTORY_HELP = ("run history database (default: the --pipeline file's history, e
 
 
 def _db_path(args: argparse.Namespace, pipeline) -> Path:
-    from mlbench.history import default_history_path
+    from mlbench.store.history import default_history_path
 
     if args.db:
         return Path(args.db)
@@ -29,7 +29,7 @@ def _db_path(args: argparse.Namespace, pipeline) -> Path:
 def _pipeline(args: argparse.Namespace):
     if not args.pipeline:
         return None
-    from mlbench.config import load_pipeline
+    from mlbench.config.pipeline import load_pipeline
 
     return load_pipeline(args.pipeline)
 
@@ -39,7 +39,7 @@ def _read_report(path: Path):
 
     from pydantic import ValidationError
 
-    from mlbench.config import format_where
+    from mlbench.config.pipeline import format_where
     from mlbench.records import RunReport
 
     try:
@@ -63,7 +63,7 @@ def _read_report(path: Path):
 
 
 def _is_reference(text: str) -> bool:
-    from mlbench.history import REFERENCES
+    from mlbench.store.history import REFERENCES
 
     return text in REFERENCES or re.fullmatch(r"[0-9a-f]{4,64}", text) is not None
 
@@ -87,7 +87,7 @@ class _Operand:
         self.report = _read_report(self.path)
 
     def load_reference(self, db: Path, pipeline_name: str | None, exclude: tuple[str, ...]) -> None:
-        from mlbench.history import resolve
+        from mlbench.store.history import resolve
 
         self.report, row = resolve(db, self.text, pipeline=pipeline_name, exclude=exclude)
         self.commit = row.git_commit
@@ -98,7 +98,7 @@ def _commit_from_history(db: Path, run_id: str) -> str | None:
     if not db.exists():
         return None
     try:
-        from mlbench.history import load_report
+        from mlbench.store.history import load_report
 
         return load_report(db, run_id)[1].git_commit
     except UserError:
@@ -106,8 +106,8 @@ def _commit_from_history(db: Path, run_id: str) -> str | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mlbench.compare import DEFAULT_RULES, RuleError, compare, parse_rules
-    from mlbench.history import HistoryError
+    from mlbench.compare.comparison import DEFAULT_RULES, RuleError, compare, parse_rules
+    from mlbench.store.history import HistoryError
 
     pipeline = _pipeline(args)
     texts = args.fail_on or (list(pipeline.config.report.gate) if pipeline is not None else []) or list(DEFAULT_RULES)
@@ -170,9 +170,9 @@ def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from mlbench.compare import RULE_METRICS, _fmt
-    from mlbench.config_base import suggest
-    from mlbench.history import list_runs, metric_series
+    from mlbench.compare.comparison import RULE_METRICS, _fmt
+    from mlbench.config.base import suggest
+    from mlbench.store.history import list_runs, metric_series
 
     pipeline = _pipeline(args)
     db = _db_path(args, pipeline)
@@ -216,7 +216,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `compare` and `history` to mlbench's subcommands."""
-    from mlbench.noise import DEFAULT_ALPHA
+    from mlbench.compare.noise import DEFAULT_ALPHA
 
     p = subparsers.add_parser(
         "compare", help="compare two runs and gate regressions (exit 1 on a regression)",

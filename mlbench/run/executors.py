@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench.errors import UserError
 from mlbench.records import RunRecord
-from mlbench.work import ExportOutcome, Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
+from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -71,7 +71,7 @@ class LocalExecutor:
 
         from joblib.externals.loky import get_reusable_executor
 
-        from mlbench.work import export_artifact
+        from mlbench.run.tasks import export_artifact
 
         threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
         workers = min(self.jobs, len(variants)) - 1
@@ -149,7 +149,7 @@ class DaskExecutor:
                 on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
         from distributed import as_completed
 
-        from mlbench.work import _record, utc_now
+        from mlbench.run.tasks import _record, utc_now
 
         futures = {}
         for group in groups:

@@ -8,33 +8,12 @@ torch is imported inside methods so that validating a pipeline never imports it.
 from __future__ import annotations
 
 import copy
-from typing import Literal
-
-from pydantic import Field
 
 from mlbench.backends.base import REFERENCE, Backend, Exported, Measurement, VariantSkipped, runtime_metrics
-from mlbench.config_base import Axis, TargetBase
+from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
-from mlbench.measure import time_calls, time_once
-from mlbench.models import LoadedModel, flatten_outputs
-
-
-class TorchTarget(TargetBase):
-    """Eager PyTorch under `torch.inference_mode()`."""
-
-    backend: Literal["torch"] = Field(description="Eager PyTorch.")
-    device: Axis[Literal["cpu", "cuda", "mps"]] = Field(
-        default=["cpu"], description="Devices to run on; unavailable ones are skipped, not failed."
-    )
-    precision: Axis[Literal["float32", "float16", "bfloat16"]] = Field(
-        default=["float32"], description="Weights and floating inputs are cast to this dtype."
-    )
-    threads: int | None = Field(
-        default=None, ge=1, description="Intra-op CPU threads (torch.set_num_threads); default: torch's own."
-    )
-
-    axes = ("device", "precision")
-    artifact_axes = ("precision",)
+from mlbench.sources.loading import LoadedModel, flatten_outputs
+from mlbench.timing import time_calls, time_once
 
 
 class TorchBackend(Backend):

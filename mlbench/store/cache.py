@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from mlbench.errors import UserError
-from mlbench.hashing import jsonable, path_size, sha256_path
+from mlbench.store.hashing import jsonable, path_size, sha256_path
 from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
 
-log = logging.getLogger("mlbench.cache")
+log = logging.getLogger("mlbench.store.cache")
 
 META_NAME = "meta.json"
 TMP_DIR = "tmp"

@@ -22,11 +22,11 @@ from typing import Any
 
 from mlbench.backends import backend_class
 from mlbench.backends.base import Backend, VariantSkipped
-from mlbench.cache import ArtifactCache
-from mlbench.config import PipelineConfig
+from mlbench.config.pipeline import PipelineConfig
 from mlbench.errors import short_error
 from mlbench.matrix import Variant, expand
 from mlbench.records import RunRecord
+from mlbench.store.cache import ArtifactCache
 
 
 def utc_now() -> str:
@@ -85,7 +85,7 @@ class WorkContext:
 
     def model(self, name: str) -> Any:
         """The loaded model, built once while its variants run (only the latest is kept: memory)."""
-        from mlbench.models import load_model
+        from mlbench.sources.loading import load_model
 
         if self._model is None or self._model[0] != name:
             self._model = None
@@ -104,7 +104,7 @@ def _record(variant: Variant, status: str, started: str, t0: float, **fields: An
 
 
 def _model_failure(exc: BaseException) -> str:
-    from mlbench.models import ModelLoadError
+    from mlbench.sources.loading import ModelLoadError
 
     return f"model: {exc if isinstance(exc, ModelLoadError) else short_error(exc)}"
 
@@ -208,7 +208,7 @@ def export_task(spec: WorkSpec, variant_id: str, threads: int | None = None) -> 
     """Worker: build one artifact."""
     from contextlib import nullcontext
 
-    from mlbench.executors import limited_threads
+    from mlbench.run.executors import limited_threads
 
     with limited_threads(threads) if threads else nullcontext():
         ctx = _context(spec)

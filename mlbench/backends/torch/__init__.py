@@ -1,0 +1,1 @@
+"""Eager PyTorch: the baseline every export is compared with."""
