@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 
@@ -57,3 +58,14 @@ def short_error(exc: BaseException, limit: int = 300) -> str:
     else:
         text = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def one_line(text: str, limit: int = 200) -> str:
+    """`text` on one line (each run of whitespace one space), cut to `limit` characters with an ellipsis.
+
+    The shortening every exporter applies to what converters say, after its own clean-up.
+    """
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text

@@ -12,19 +12,16 @@ ct = pytest.importorskip("coremltools")
 
 from coremltools.proto import MIL_pb2  # noqa: E402
 
-from mlbench.backends.coreml.export import (  # noqa: E402
-    EXPORT_PATH_TORCH_EXPORT,
-    EXPORT_PATH_TRACE,
+from mlbench.backends.coreml.conversion import _convert_exported  # noqa: E402
+from mlbench.backends.coreml.deployment import (  # noqa: E402
     ExportError,
     InvalidExportOptions,
-    _convert_exported,
     check_deployment_target,
-    export_coreml,
-    import_coremltools,
     minimum_deployment_target,
-    shorten_coremltools_message,
     valid_deployment_targets,
 )
+from mlbench.backends.coreml.export import EXPORT_PATH_TORCH_EXPORT, EXPORT_PATH_TRACE, export_coreml  # noqa: E402
+from mlbench.backends.coreml.messages import import_coremltools, shorten_coremltools_message  # noqa: E402
 
 nn = torch.nn
 

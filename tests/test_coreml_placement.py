@@ -192,7 +192,7 @@ def test_prediction_inputs_follow_the_declared_dtypes(tmp_path):
 
     import numpy as np
 
-    from mlbench.backends.coreml.backend import CoremlArtifact
+    from mlbench.backends.coreml.artifact import CoremlArtifact
     from mlbench.backends.coreml.runtime import ordered_outputs, prediction_inputs
     from mlbench.config.pipeline import ModelSpec
     from mlbench.sources.loading import load_model

@@ -1,5 +1,6 @@
 """Quiet exporters: collect what converters log, warn and print, so the user's terminal stays
-readable and the messages worth keeping land in the report (shortened by each backend)."""
+readable and the messages worth keeping land in the report (each backend shortens them its own
+way; `distinct_lines` keeps each once)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import contextlib
 import io
 import logging
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 
 class ListHandler(logging.Handler):
@@ -18,7 +19,7 @@ class ListHandler(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.sink.append(record.getMessage())
-        except Exception:  # pragma: no cover - a malformed record must not break the export
+        except Exception:  # noqa: BLE001, S110 # pragma: no cover - a malformed record must not break the export
             pass
 
 
@@ -50,3 +51,13 @@ def captured(sink: list[str], loggers: Sequence[str], *, stdout: bool = False) -
             logger.propagate = propagate
         for w in caught:
             sink.append(f"{getattr(w.category, '__name__', 'Warning')}: {w.message}")
+
+
+def distinct_lines(messages: Iterable[str], shorten: Callable[[str], str]) -> list[str]:
+    """The messages shortened to one line each, in order, empty and repeated lines left out."""
+    out: list[str] = []
+    for message in messages:
+        line = shorten(message)
+        if line and line not in out:
+            out.append(line)
+    return out

@@ -7,14 +7,15 @@ static figures; its latency and verification are absent with the reason, never z
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import Backend, Exported, Measurement, placement_metrics
+from mlbench.backends.cached_export import build_cached
+from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
 from mlbench.machine import package_version
-from mlbench.records import ArtifactInfo, Metric
+from mlbench.records import Metric
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -23,14 +24,9 @@ if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
+__all__ = ["CoremlArtifact", "CoremlBackend", "artifact_key_inputs", "placement_for", "static_metrics"]
+
 NOT_MACOS = "Core ML runs only on macOS; this machine runs {system}"
-
-
-@dataclass
-class CoremlArtifact:
-    package: Path
-    analysis: ProgramAnalysis
-
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None, deployment_target: str) -> dict:
@@ -70,39 +66,32 @@ class CoremlBackend(Backend):
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
-        from mlbench.backends.coreml.export import check_deployment_target, export_coreml
-        from mlbench.store.cache import BuildResult
-        from mlbench.store.hashing import artifact_key
+        from mlbench.backends.coreml.deployment import check_deployment_target
+        from mlbench.backends.coreml.export import ExportResult, export_coreml
 
         precision = variant.axis("precision")
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
-        key_inputs = artifact_key_inputs(model, precision, recipe, deployment_target)
 
-        def build(tmp: Path) -> BuildResult:
-            result = export_coreml(model.module, model.example_inputs, model.input_names, precision=precision,
-                                   optimization=recipe, deployment_target=deployment_target, dest=tmp)
-            return BuildResult(result.artifact.name, {
-                "export_path": result.export_path, "fallback_reason": result.fallback_reason,
-                "deployment_target": result.deployment_target, "export_seconds": result.seconds,
-                "warnings": result.warnings, "label": variant.artifact_id,  # for `mlbench cache ls` only
-                # derived from the package and stored beside it, so a cache hit needs no coremltools
-                "analysis": analyse_package(result.artifact).model_dump(mode="json"),
-            })
+        def export(folder: Path) -> ExportResult:
+            return export_coreml(model.module, model.example_inputs, model.input_names, precision=precision,
+                                 optimization=recipe, deployment_target=deployment_target, dest=folder)
 
-        entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)
-        stored = entry.meta.get("analysis")
-        analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(entry.artifact_path)})
-                    if stored else analyse_package(entry.artifact_path))
-        meta = entry.meta
-        info = ArtifactInfo(key=entry.key, cache_hit=hit, export_seconds=meta.get("export_seconds", 0.0),
-                            path=str(entry.artifact_path), size_bytes=entry.size_bytes,
-                            export_path=meta.get("export_path"))
+        def own_facts(result: ExportResult) -> dict[str, Any]:
+            return {"deployment_target": result.deployment_target,
+                    # derived from the package and stored beside it, so a cache hit needs no coremltools
+                    "analysis": analyse_package(result.artifact).model_dump(mode="json")}
+
+        cached = build_cached(self.cache, artifact_key_inputs(model, precision, recipe, deployment_target), export,
+                              label=variant.artifact_id, own_facts=own_facts)
+        stored = cached.meta.get("analysis")
+        analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(cached.path)})
+                    if stored else analyse_package(cached.path))
         details: dict[str, Any] = {
             "program": analysis.model_dump(mode="json"),
-            "export": {k: meta.get(k) for k in ("deployment_target", "fallback_reason", "warnings")},
+            "export": cached.facts("deployment_target", "fallback_reason", "warnings"),
         }
-        return Exported(payload=CoremlArtifact(entry.artifact_path, analysis), info=info, details=details)
+        return Exported(payload=CoremlArtifact(cached.path, analysis), info=cached.info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         artifact: CoremlArtifact = exported.payload

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,7 +95,7 @@ def is_data_op(op_type: str) -> bool:
 
 def count_switches(devices: list[str | None]) -> int:
     known = [d for d in devices if d is not None]
-    return sum(1 for a, b in zip(known, known[1:]) if a != b)
+    return sum(1 for a, b in pairwise(known) if a != b)
 
 
 def fractions(ops: list[OpPlacement], weight: Any = None) -> dict[str, float]:

@@ -16,7 +16,7 @@ from mlbench.timing import time_calls, time_once
 if TYPE_CHECKING:
     import numpy as np
 
-    from mlbench.backends.coreml.backend import CoremlArtifact
+    from mlbench.backends.coreml.artifact import CoremlArtifact
     from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel

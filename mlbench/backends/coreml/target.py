@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
-from mlbench.backends.coreml.export import InvalidExportOptions, check_deployment_target, valid_deployment_targets
+from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
 from mlbench.config.base import Axis, StrictModel, TargetBase, suggest
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
@@ -93,8 +93,8 @@ class CoremlTarget(TargetBase):
         names = [NO_OPTIMIZATION, *recipes]
         for i, name in enumerate(self.optimize):
             if name not in names:
-                problems.append((("optimize", i), f"unknown optimization '{name}'{suggest(name, names)} "
-                                 f"(define it under `optimizations`; known: {', '.join(names)})"))
+                problems.append((("optimize", i), (f"unknown optimization '{name}'{suggest(name, names)} "
+                                 f"(define it under `optimizations`; known: {', '.join(names)})")))
         if problems:
             return problems
         if self.deployment_target is not None:

@@ -30,6 +30,7 @@ from mlbench.backends.base import (
     placement_metrics,
     runtime_metrics,
 )
+from mlbench.backends.cached_export import build_cached
 from mlbench.backends.onnxruntime.target import (
     COREML_COMPUTE_UNITS,
     GRAPH_OPTIMIZATION,
@@ -38,17 +39,17 @@ from mlbench.backends.onnxruntime.target import (
     provider_device,
 )
 from mlbench.machine import package_version
-from mlbench.records import ArtifactInfo, Metric
+from mlbench.records import Metric
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
+
 @dataclass
 class OnnxArtifact:
     path: Path
     graph: dict[str, Any]  # export.graph_summary of the saved file
-
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, opset: int | None) -> dict:
@@ -83,35 +84,26 @@ class OnnxruntimeBackend(Backend):
     target: OnnxruntimeTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
-        from mlbench.backends.onnxruntime.export import export_onnx, graph_summary
-        from mlbench.store.cache import BuildResult
-        from mlbench.store.hashing import artifact_key
+        from mlbench.backends.onnxruntime.export import OnnxExportResult, export_onnx, graph_summary
 
         precision = variant.axis("precision")
-        key_inputs = artifact_key_inputs(model, precision, self.target.opset)
         output_names = [name for name, _ in model.reference]
 
-        def build(tmp: Path) -> BuildResult:
-            result = export_onnx(model.module, model.example_inputs, model.input_names, output_names,
-                                 precision=precision, opset=self.target.opset, dest=tmp)
-            return BuildResult(result.artifact.name, {
-                "export_path": result.export_path, "fallback_reason": result.fallback_reason,
-                "opset": result.opset, "float16_conversion": result.float16_conversion,
-                "export_seconds": result.seconds, "warnings": result.warnings,
-                "label": variant.artifact_id,  # for `mlbench cache ls` only
-            })
+        def export(folder: Path) -> OnnxExportResult:
+            return export_onnx(model.module, model.example_inputs, model.input_names, output_names,
+                               precision=precision, opset=self.target.opset, dest=folder)
 
-        entry, hit = self.cache.get_or_build(artifact_key(key_inputs), key_inputs, build)
-        graph = graph_summary(entry.artifact_path)
-        meta = entry.meta
-        info = ArtifactInfo(key=entry.key, cache_hit=hit, export_seconds=meta.get("export_seconds", 0.0),
-                            path=str(entry.artifact_path), size_bytes=entry.size_bytes,
-                            export_path=meta.get("export_path"))
+        def own_facts(result: OnnxExportResult) -> dict[str, Any]:
+            return {"opset": result.opset, "float16_conversion": result.float16_conversion}
+
+        cached = build_cached(self.cache, artifact_key_inputs(model, precision, self.target.opset), export,
+                              label=variant.artifact_id, own_facts=own_facts)
+        graph = graph_summary(cached.path)
         details: dict[str, Any] = {
             "onnx_graph": graph,
-            "export": {k: meta.get(k) for k in ("opset", "fallback_reason", "float16_conversion", "warnings")},
+            "export": cached.facts("opset", "fallback_reason", "float16_conversion", "warnings"),
         }
-        return Exported(payload=OnnxArtifact(entry.artifact_path, graph), info=info, details=details)
+        return Exported(payload=OnnxArtifact(cached.path, graph), info=cached.info, details=details)
 
     # -- measuring --------------------------------------------------------------------------
 

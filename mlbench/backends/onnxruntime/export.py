@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.capture import captured
-from mlbench.errors import ReportableError
+from mlbench.backends.capture import captured, distinct_lines
+from mlbench.errors import ReportableError, one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -74,7 +74,9 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _one_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
+def _first_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """The line that says what went wrong: of the root cause, without colours or `#` comment lines,
+    named by its exception type; shortened like every exporter's messages."""
     if isinstance(exc, BaseException):
         exc = _root_cause(exc)
     text = _ANSI.sub("", str(exc)).strip()
@@ -82,21 +84,12 @@ def _one_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
     first = lines[0] if lines else (type(exc).__name__ if isinstance(exc, BaseException) else "")
     if isinstance(exc, BaseException) and not first.startswith(type(exc).__name__):
         first = f"{type(exc).__name__}: {first}"
-    return first if len(first) <= limit else first[: limit - 1] + "…"
+    return one_line(first, limit)
 
 
 def _captured(sink: list[str]) -> Any:
     """The exporters' log warnings and Python warnings, collected; what they print, silenced."""
     return captured(sink, ["torch.onnx", "torch.export", "onnxscript", "onnx_ir"], stdout=True)
-
-
-def _clean_warnings(messages: list[str]) -> list[str]:
-    out: list[str] = []
-    for message in messages:
-        line = _one_line(message)
-        if line and line not in out:
-            out.append(line)
-    return out
 
 
 def _export(module: torch.nn.Module, args: tuple, path: Path, *, dynamo: bool, input_names: Sequence[str],
@@ -158,8 +151,8 @@ def export_onnx(
                         output_names=output_names, opset=opset)
                 model = _check_outputs(path, len(output_names))
         except Exception as exc:  # noqa: BLE001 - every exporter error is a reason to try the next path
-            failures.append(f"{name}: {_one_line(exc)}")
-            short.append(f"{label}: {_one_line(exc, limit=115)}")
+            failures.append(f"{name}: {_first_line(exc)}")
+            short.append(f"{label}: {_first_line(exc, limit=115)}")
             continue
         export_path = name
         break
@@ -180,7 +173,7 @@ def export_onnx(
     return OnnxExportResult(
         artifact=path, export_path=export_path, fallback_reason=failures[0] if failures else None,
         opset=graph_opset(model), seconds=time.perf_counter() - t0, float16_conversion=conversion,
-        warnings=_clean_warnings(messages),
+        warnings=distinct_lines(messages, _first_line),
     )
 
 

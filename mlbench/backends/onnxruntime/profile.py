@@ -21,6 +21,7 @@ import json
 from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ def build_placement(profile: Profile, *, constants: int, preferred_provider: str
     for n in nodes:
         time_by[n.device] = time_by.get(n.device, 0.0) + n.time_ms
     total_ms = profile.total_ms
-    switches = sum(1 for a, b in zip(nodes, nodes[1:]) if a.device != b.device)
+    switches = sum(1 for a, b in pairwise(nodes) if a.device != b.device)
     return Placement(
         source="measured",
         method=METHOD,

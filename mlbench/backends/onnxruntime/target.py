@@ -104,6 +104,6 @@ class OnnxruntimeTarget(TargetBase):
 
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         if self.coreml_compute_units is not None and "coreml" not in self.providers:
-            return [(("coreml_compute_units",), "coreml_compute_units applies to the coreml provider only; "
-                     "add coreml to providers or remove this key")]
+            return [(("coreml_compute_units",), ("coreml_compute_units applies to the coreml provider only; "
+                     "add coreml to providers or remove this key"))]
         return []

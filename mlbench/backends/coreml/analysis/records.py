@@ -1,0 +1,111 @@
+"""The records a static analysis hands to reports: what a saved Core ML model holds, op by op.
+
+Kept apart from the code that reads packages so that reports and placement rules can import
+the shapes without importing protobuf or coremltools.
+
+Definitions used throughout:
+
+* **Compute op**: every MIL operation except ``const`` and the ``constexpr_*`` ops, which
+  only materialise weights (data, not computation).  ``constexpr_*`` ops are counted
+  apart in ``weight_ops``.
+* **Weight**: a ``const`` of a numeric dtype other than int32/int64/uint32 and of rank
+  >= 1 that feeds a compute op (conv/linear weights, biases, norm scales, embedding
+  tables...), or the output of a ``constexpr_*`` op.  Scalars and int32 index/shape
+  constants are parameters of the op, not weights.
+* **Params**: elements of the dense weights the compute ops see (a palettized weight of
+  shape 16x8x3x3 is 1152 params, whatever its storage).
+* **Weight bytes as stored**: bytes of the data that is stored for the weights: for a
+  plain const its dtype x elements; for ``constexpr_lut_to_dense`` the packed indices plus
+  the look-up table; for ``constexpr_affine_dequantize`` / ``constexpr_blockwise_shift_scale``
+  the quantized data plus scales and zero points/offsets; for ``constexpr_sparse_to_dense``
+  the non-zero data plus the bit mask.  Blob-backed values use the size recorded in the
+  weight file's blob header; inline values use their declared type.
+* **MACs**: multiply-accumulates of conv, conv_transpose, linear, matmul and einsum only;
+  other ops have ``macs=None`` (not counted).  **FLOPs = 2 x MACs** (one multiply and one
+  add per MAC); bias adds, activations, pooling and normalisation are not counted.
+* **Precision**: from the floating-point output dtypes of the compute ops, leaving out
+  the ``cast`` ops at the program boundary that coremltools inserts to turn float32
+  inputs into float16 and float16 outputs back into float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Precision = Literal["FLOAT32", "FLOAT16", "MIXED", "UNKNOWN"]
+
+
+class TensorDescription(BaseModel):
+    """A model input or output as the spec describes it."""
+
+    name: str
+    kind: str = Field(description="tensor, image, int64, double, string, dictionary, sequence, state")
+    shape: list[int | None] | None = Field(
+        default=None, description="default shape; None for a flexible dimension; image: [height, width]"
+    )
+    dtype: str | None = Field(default=None, description="fp32, fp16, int32...; colour space for images")
+    flexible: bool = Field(default=False, description="the shape has ranges or enumerated alternatives")
+
+
+class LayerInfo(BaseModel):
+    """One compute operation (an ML program op, or a neural-network layer)."""
+
+    name: str
+    op_type: str
+    output_dtype: str | None = None
+    output_shape: list[int | None] | None = Field(default=None, description="None for an unknown dimension")
+    macs: int | None = Field(default=None, description="multiply-accumulates; None: not counted or unknown")
+    params: int | None = Field(default=0, description="elements of the weights this op is first to use")
+    weight_bytes: int | None = Field(default=0, description="bytes of those weights as stored")
+    weight_storage: str | None = Field(
+        default=None, description="how the weights are stored, e.g. 'fp16' or 'lut(uint4 indices, fp16 lut)'"
+    )
+    depth: int = Field(default=0, description="nesting depth: 0 in the function body, 1 inside a cond/loop block")
+    attributes: dict[str, Any] = Field(
+        default_factory=dict,
+        description="parameters that decide where an op can run: dilations, kernel_sizes, strides, scale factors, "
+        "and dynamic_shape when a reshape's shape is computed at run time",
+    )
+
+
+class Totals(BaseModel):
+    """Sums over the compute ops."""
+
+    compute_ops: int
+    const_ops: int
+    weight_ops: int = Field(description="constexpr_* ops (compressed weights materialised at load)")
+    params: int | None = Field(description="None where not analysed")
+    weight_bytes: int | None = Field(description="bytes of weights as stored (compressed size); None where not analysed")
+    macs: int | None = Field(description="MACs of conv/conv_transpose/linear/matmul/einsum with known shapes")
+    flops: int | None = Field(description="2 x macs")
+    macs_complete: bool = Field(description="False when some MAC ops have unknown shapes (macs is then a lower bound)")
+
+
+class ProgramAnalysis(BaseModel):
+    """What a saved Core ML model holds, read statically."""
+
+    model_config = ConfigDict(protected_namespaces=())
+
+    path: str
+    model_type: str = Field(description="mlProgram, neuralNetwork, neuralNetworkClassifier, pipeline...")
+    spec_version: int
+    min_os: str | None = Field(default=None, description="first iOS release that reads this spec version")
+    opset: str | None = Field(default=None, description="MIL opset of the analysed function, e.g. CoreML7")
+    opset_os: str | None = Field(default=None, description="OS release of that opset, e.g. iOS17")
+    function: str | None = Field(default=None, description="the analysed ML program function")
+    functions: list[str] = Field(default_factory=list)
+    precision: Precision
+    dtype_counts: dict[str, int] = Field(
+        default_factory=dict, description="compute ops per floating-point output dtype (boundary casts left out)"
+    )
+    op_counts: dict[str, int] = Field(description="compute op type -> count")
+    const_count: int
+    weight_ops: dict[str, int] = Field(default_factory=dict, description="constexpr_* op type -> count")
+    layers: list[LayerInfo]
+    totals: Totals
+    package_size_bytes: int
+    inputs: list[TensorDescription]
+    outputs: list[TensorDescription]
+    notes: list[str] = Field(default_factory=list)

@@ -1,0 +1,195 @@
+"""Which deployment targets a Core ML export may have, and which optimization recipes exist: the
+rules the pipeline checks before anything is exported (light: no coremltools, no torch).
+
+Deployment-target rules (coremltools 9.0, verified in its source):
+
+* ML program needs iOS15/macOS12/watchOS8/tvOS15 (``converters/_converters_entry.py``,
+  ``_determine_target``); float16 compute precision is ML-program only, so it needs the same.
+* Every weight-compression pass (palettize, linear quantize, prune) needs iOS16: below that
+  coremltools *silently skips* the pass (``optimize/coreml/_quantization_passes.py``,
+  ``AbstractCompressionPass._MINIMUM_OPSET_VERSION = iOS16``), so a lower target is refused here.
+* ``per_grouped_channel`` palettization needs iOS18 (``palettize_weights.transform_op`` raises
+  below iOS18); 3-bit palettization needs iOS18 because the iOS16 ``constexpr_lut_to_dense`` op
+  only takes LUTs of 2, 4, 16, 64 or 256 entries (1, 2, 4, 6, 8 bits;
+  ``converters/mil/mil/ops/defs/iOS16/constexpr_ops.py``).
+* int8/uint8 per-channel weight quantization and magnitude pruning need only iOS16
+  (4-bit and per-block quantization would need iOS18; not offered here).
+"""
+
+from __future__ import annotations
+
+import re
+
+from mlbench.backends.coreml.messages import MAX_MESSAGE_CHARS
+from mlbench.errors import ReportableError, one_line
+
+__all__ = [
+    "ExportError",
+    "InvalidExportOptions",
+    "check_deployment_target",
+    "minimum_deployment_target",
+    "valid_deployment_targets",
+    "validate_optimization",
+]
+
+# Deployment targets an ML program can have, each with its iOS generation
+# (coremltools' ct.target aliases: macOS12 == iOS15, watchOS8 == iOS15, tvOS15 == iOS15, ...).
+_TARGET_LEVELS: dict[str, int] = {}
+for _family, _names in (
+    ("iOS", ("15", "16", "17", "18", "26")),
+    ("macOS", ("12", "13", "14", "15", "26")),
+    ("watchOS", ("8", "9", "10", "11", "26")),
+    ("tvOS", ("15", "16", "17", "18", "26")),
+):
+    for _ios_level, _suffix in zip((15, 16, 17, 18, 26), _names):
+        _TARGET_LEVELS[f"{_family}{_suffix}"] = _ios_level
+_LEVEL_TO_IOS = {level: f"iOS{level}" for level in (15, 16, 17, 18, 26)}
+
+_PALETTIZE_NBITS = (1, 2, 3, 4, 6, 8)
+_PALETTIZE_MODES = ("kmeans", "uniform")
+_PALETTIZE_GRANULARITIES = ("per_tensor", "per_grouped_channel")
+_QUANT_DTYPES = ("int8", "uint8")
+_QUANT_MODES = ("linear_symmetric", "linear")
+
+
+class ExportError(ReportableError):
+    """Export failed; ``str(exc)`` is one line of at most ~200 characters, meant for the user.
+
+    ``trace_error`` / ``export_error`` hold the shortened reason each path failed (or None).
+    """
+
+    def __init__(
+        self, message: str, *, trace_error: str | None = None, export_error: str | None = None
+    ) -> None:
+        self.trace_error = trace_error
+        self.export_error = export_error
+        super().__init__(one_line(message, self._limit))
+
+    _limit = MAX_MESSAGE_CHARS
+
+
+class InvalidExportOptions(ExportError, ValueError):
+    """The export options are wrong (unknown or too low deployment target, bad recipe).
+
+    A ``ValueError`` too, so a pydantic validator can raise it unchanged. One line, but not cut
+    at 200 characters: the list of valid target names is longer.
+    """
+
+    _limit = 400
+
+
+def valid_deployment_targets() -> list[str]:
+    """The deployment-target names accepted, lowest first within each OS family."""
+    return list(_TARGET_LEVELS)
+
+
+def _canonical_target(name: str) -> str:
+    if isinstance(name, str):
+        for known in _TARGET_LEVELS:
+            if known.lower() == name.strip().lower():
+                return known
+    raise InvalidExportOptions(
+        f"unknown deployment target {name!r}; valid: {', '.join(_TARGET_LEVELS)}"
+    )
+
+
+def validate_optimization(optimization: dict | None) -> None:
+    """Raise InvalidExportOptions when ``optimization`` is not one of the supported recipes."""
+    if optimization is None:
+        return
+    if not isinstance(optimization, dict):
+        raise InvalidExportOptions(f"optimization must be a dict or None, not {type(optimization).__name__}")
+    kind = optimization.get("kind")
+
+    def bad(key: str, allowed: tuple) -> InvalidExportOptions:
+        return InvalidExportOptions(
+            f"{kind}: {key} must be one of {', '.join(map(str, allowed))}, not {optimization.get(key)!r}"
+        )
+
+    def unknown_keys(allowed: set[str]) -> None:
+        extra = sorted(set(optimization) - allowed - {"kind"})
+        if extra:
+            raise InvalidExportOptions(f"{kind}: unknown key(s) {', '.join(extra)}")
+
+    if kind == "palettize":
+        unknown_keys({"nbits", "mode", "granularity", "group_size"})
+        if optimization.get("nbits") not in _PALETTIZE_NBITS:
+            raise bad("nbits", _PALETTIZE_NBITS)
+        if optimization.get("mode", "kmeans") not in _PALETTIZE_MODES:
+            raise bad("mode", _PALETTIZE_MODES)
+        granularity = optimization.get("granularity", "per_tensor")
+        if granularity not in _PALETTIZE_GRANULARITIES:
+            raise bad("granularity", _PALETTIZE_GRANULARITIES)
+        group_size = optimization.get("group_size")
+        if granularity == "per_grouped_channel":
+            if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size < 1:
+                raise InvalidExportOptions(
+                    f"palettize: group_size must be a positive integer with per_grouped_channel, not {group_size!r}"
+                )
+        elif group_size is not None:
+            raise InvalidExportOptions("palettize: group_size is only allowed with per_grouped_channel")
+    elif kind == "linear_quantize":
+        unknown_keys({"dtype", "mode"})
+        if optimization.get("dtype", "int8") not in _QUANT_DTYPES:
+            raise bad("dtype", _QUANT_DTYPES)
+        if optimization.get("mode", "linear_symmetric") not in _QUANT_MODES:
+            raise bad("mode", _QUANT_MODES)
+    elif kind == "prune":
+        unknown_keys({"target_sparsity"})
+        sparsity = optimization.get("target_sparsity")
+        if (
+            not isinstance(sparsity, (int, float))
+            or isinstance(sparsity, bool)
+            or not 0.0 <= float(sparsity) <= 1.0
+        ):
+            raise InvalidExportOptions(f"prune: target_sparsity must be a number in [0, 1], not {sparsity!r}")
+    else:
+        raise InvalidExportOptions(
+            f"unknown optimization kind {kind!r}; valid: palettize, linear_quantize, prune"
+        )
+
+
+def _validate_precision(precision: str) -> None:
+    if precision not in ("float32", "float16"):
+        raise InvalidExportOptions(f"precision must be float32 or float16, not {precision!r}")
+
+
+def _requirement(precision: str, optimization: dict | None) -> tuple[int, str]:
+    """(iOS level, why) — the lowest target the options need and the option that needs it."""
+    _validate_precision(precision)
+    validate_optimization(optimization)
+    level, why = 15, f"an ML program ({precision})"
+    if optimization is not None:
+        kind = optimization["kind"]
+        level, why = 16, kind
+        if kind == "palettize":
+            if optimization.get("granularity", "per_tensor") == "per_grouped_channel":
+                level, why = 18, "palettize per_grouped_channel"
+            elif optimization["nbits"] == 3:
+                level, why = 18, "palettize nbits=3"
+    return level, why
+
+
+def minimum_deployment_target(precision: str, optimization: dict | None) -> str:
+    """The lowest deployment target the options need, as an iOS name ("iOS15", "iOS16", "iOS18")."""
+    return _LEVEL_TO_IOS[_requirement(precision, optimization)[0]]
+
+
+def check_deployment_target(
+    deployment_target: str | None, precision: str, optimization: dict | None
+) -> str:
+    """The canonical target name to use: ``deployment_target`` checked, or the minimum if None.
+
+    Raises InvalidExportOptions for an unknown name or one lower than the options need.
+    """
+    level, why = _requirement(precision, optimization)
+    if deployment_target is None:
+        return _LEVEL_TO_IOS[level]
+    name = _canonical_target(deployment_target)
+    if _TARGET_LEVELS[name] < level:
+        family = re.match(r"[A-Za-z]+", name).group(0)  # type: ignore[union-attr]
+        lowest = next(n for n, lv in _TARGET_LEVELS.items() if lv == level and n.startswith(family))
+        raise InvalidExportOptions(
+            f"deployment target {name} is too low for {why}: it needs {lowest} or later"
+        )
+    return name
