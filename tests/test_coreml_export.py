@@ -125,7 +125,7 @@ def _ops(spec):
 
 
 def _export(tmp_path: Path, module=None, **kwargs):
-    options = dict(precision="float16", optimization=None, deployment_target=None)
+    options = {"precision": "float16", "optimization": None, "deployment_target": None}
     options.update(kwargs)
     return export_coreml(
         module if module is not None else SmallConvNet(), _x(), ["image"], dest=tmp_path, **options
@@ -215,12 +215,12 @@ def test_torch_export_branch_directly():
         SmallConvNet().eval(),
         _x(),
         ["pixels"],
-        dict(
-            convert_to="mlprogram",
-            compute_precision=ct_mod.precision.FLOAT32,
-            minimum_deployment_target=ct_mod.target.iOS15,
-            skip_model_load=True,
-        ),
+        {
+            "convert_to": "mlprogram",
+            "compute_precision": ct_mod.precision.FLOAT32,
+            "minimum_deployment_target": ct_mod.target.iOS15,
+            "skip_model_load": True,
+        },
         sink,
     )
     spec = mlmodel.get_spec()

@@ -17,10 +17,8 @@ class ListHandler(logging.Handler):
         self.sink = sink
 
     def emit(self, record: logging.LogRecord) -> None:
-        try:
+        with contextlib.suppress(Exception):  # a malformed record must not break the export
             self.sink.append(record.getMessage())
-        except Exception:  # noqa: BLE001, S110 # pragma: no cover - a malformed record must not break the export
-            pass
 
 
 @contextlib.contextmanager

@@ -30,7 +30,7 @@ def prediction_inputs(artifact: CoremlArtifact, model: LoadedModel) -> dict[str,
     arrays = {}
     for name, tensor in zip(model.input_names, model.example_inputs):
         array = tensor.detach().cpu().numpy()
-        dtype = _NUMPY_DTYPES.get(declared.get(name) or "", None)
+        dtype = _NUMPY_DTYPES.get(declared.get(name) or "")
         arrays[name] = array.astype(dtype) if dtype else array
     return arrays
 

@@ -162,7 +162,7 @@ class OnnxruntimeBackend(Backend):
                              threads=self.target.intra_op_threads)
         session = None  # release the timed session before the profiled one starts
 
-        verify = compare_outputs(model.reference, [o for o in first_outputs],
+        verify = compare_outputs(model.reference, list(first_outputs),
                                  tolerance=self.config.verify.tolerance_for(precision), reference_name=REFERENCE)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
