@@ -19,7 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlbench.config.pipeline import CacheSettings, HistorySettings, Pipeline, ReportSettings, load_pipeline
+from mlbench.config.load import Pipeline, load_pipeline
+from mlbench.config.pipeline import CacheSettings, HistorySettings, ReportSettings
 from mlbench.matrix import Plan, expand
 from mlbench.run.runner import run
 

@@ -7,7 +7,8 @@ import platform
 import socket
 from importlib import metadata
 
-PACKAGES = ("mlbench", "torch", "torchvision", "coremltools", "onnx", "onnxruntime", "numpy", "pydantic")
+CORE_PACKAGES = ("mlbench", "numpy", "pydantic")
+"""Always recorded; each backend adds the packages its figures depend on (its spec's `packages`)."""
 
 
 def _cpu_model() -> str:
@@ -37,6 +38,12 @@ def package_version(package: str) -> str | None:
         return None
 
 
+def packages() -> tuple[str, ...]:
+    from mlbench.backends.registry import packages as backend_packages
+
+    return tuple(dict.fromkeys([CORE_PACKAGES[0], *backend_packages(), *CORE_PACKAGES[1:]]))
+
+
 def snapshot() -> dict[str, object]:
     """OS, CPU, Python and tool versions (read from package metadata: nothing heavy is imported)."""
     return {
@@ -49,5 +56,5 @@ def snapshot() -> dict[str, object]:
         "cpu_count": os.cpu_count(),
         "python": platform.python_version(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # a busy machine skews timings
-        "packages": {name: package_version(name) for name in PACKAGES},
+        "packages": {name: package_version(name) for name in packages()},
     }

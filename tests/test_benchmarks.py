@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from mlbench.config.pipeline import load_pipeline
+from mlbench.config.load import load_pipeline
 from tests.conftest import ROOT
 
 

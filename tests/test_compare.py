@@ -184,7 +184,7 @@ def test_different_machines_are_warned_about():
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
     pytest.importorskip("torch")
-    from mlbench.config.pipeline import load_pipeline
+    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
     from tests.conftest import ROOT, TINY_PIPELINE
 
@@ -206,7 +206,7 @@ def two_runs(tmp_path_factory):
 
 
 def test_two_runs_of_one_pipeline_compare_as_unchanged(two_runs, capsys):
-    folder, (first, second) = two_runs
+    _folder, (first, second) = two_runs
     assert main(["compare", str(first), str(second)]) == 0
     out = capsys.readouterr().out
     assert "**No regression** (1 unchanged)." in out
@@ -278,7 +278,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, two_runs):
     ]
     for argv, message in cases:
         code = main(argv)
-        out, err = capsys.readouterr()
+        _out, err = capsys.readouterr()
         if message is None:
             assert code == 0, err
             continue

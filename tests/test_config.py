@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mlbench.config.pipeline import PipelineInvalid, load_pipeline
+from mlbench.config.load import PipelineInvalid, load_pipeline
 from mlbench.errors import UserError
 
 ISSUE_EXAMPLE = """\

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.pipeline import load_pipeline
+from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
 from tests.conftest import ROOT

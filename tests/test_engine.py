@@ -13,7 +13,7 @@ import time
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.pipeline import load_pipeline
+from mlbench.config.load import load_pipeline
 from mlbench.run.progress import LiveProgress, PlainProgress, for_terminal
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache

@@ -10,8 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from mlbench.backends.registry import devices
 from mlbench.records import Metric
-from mlbench.report.html import DEVICES, LABEL_W, LATENCY_COLOR, PLOT_W, TREND_COLOR, render_html
+from mlbench.report.html import LABEL_W, LATENCY_COLOR, PLOT_W, TREND_COLOR, render_html
 from tests.test_compare import rec, run_of
 
 
@@ -60,7 +61,7 @@ def test_latency_bars_are_to_scale_and_absent_figures_say_why():
     assert bars["m/torch/cpu"] / bars["m/torch/fast"] == pytest.approx(1.2 / 0.6, rel=0.01)
     assert 'fill="url(#est)"' in text and "~0.400 ms" in text  # the estimate is hatched and marked
     assert "not timed: Core ML runs only on macOS" in text
-    assert "~NE 95% CPU 5%, 2 switches" in text and "NE 0%" not in text
+    assert "~ANE 95% CPU 5%, 2 switches" in text and "ANE 0%" not in text
     assert "failed: measure: boom" in text
 
 
@@ -119,7 +120,8 @@ def test_chromium_draws_every_chart(tmp_path):
     # Every chart left its colour on the page: latency bars (85% opaque), each device, the trend line.
     blended = "#" + "".join(f"{round(int(LATENCY_COLOR[i:i + 2], 16) * 0.85 + 255 * 0.15):02x}" for i in (1, 3, 5))
     assert _count(image, blended) > 2000
-    for _, name, color in DEVICES:
+    for device in devices().values():
+        name, color = device.label, device.color
         if name != "GPU":
             assert _count(image, color) > 500, name
     assert _count(image, TREND_COLOR) > 100

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.pipeline import load_pipeline
+from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
 from tests.conftest import ROOT
@@ -322,7 +323,7 @@ def test_placement_counts_fallbacks_switches_and_time(real_profile):
                                   "cpu": pytest.approx(1 - len(on_gpu) / len(nodes))}
     assert placement.by_cost["gpu"] == pytest.approx(sum(n.time_ms for n in on_gpu) / profile.total_ms)
     devices = [n.device for n in nodes]
-    assert placement.switches == sum(a != b for a, b in zip(devices, devices[1:])) >= 1
+    assert placement.switches == sum(a != b for a, b in itertools.pairwise(devices)) >= 1
     cpu_types = sorted(n.op_type for n in nodes if n.op_type != "Conv")
     assert placement.note.startswith(f"{len(cpu_types)} of {len(nodes)} nodes fell back from CUDAExecutionProvider "
                                      "to the CPU provider: ")

@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.pipeline import load_pipeline
+from mlbench.config.load import load_pipeline
 from mlbench.report.json_report import report_schema
 from mlbench.run.runner import run
 from tests.conftest import ROOT
@@ -17,14 +17,14 @@ pytest.importorskip("torch")
 
 
 def test_run_writes_valid_reports_and_keeps_going(write_pipeline, tiny_pipeline_text, tmp_path, capsys):
-    broken_models = """\
+    broken_models = f"""\
   - name: missing_module
     source: no_such_package.models:Net
     inputs: [{{name: x, shape: [1, 3]}}]
   - name: wrong_shape
-    source: {root}/examples/tiny_cnn.py:TinyCNN
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
     inputs: [{{name: image, shape: [1, 5, 32, 32]}}]
-targets:""".format(root=ROOT)
+targets:"""
     text = tiny_pipeline_text.replace("targets:", broken_models, 1).replace(
         "precision: [float32]", "precision: [float32, bfloat16]")
     path = write_pipeline(text)

@@ -29,7 +29,7 @@ def _db_path(args: argparse.Namespace, pipeline) -> Path:
 def _pipeline(args: argparse.Namespace):
     if not args.pipeline:
         return None
-    from mlbench.config.pipeline import load_pipeline
+    from mlbench.config.load import load_pipeline
 
     return load_pipeline(args.pipeline)
 
@@ -39,7 +39,7 @@ def _read_report(path: Path):
 
     from pydantic import ValidationError
 
-    from mlbench.config.pipeline import format_where
+    from mlbench.config.load import format_where
     from mlbench.records import RunReport
 
     try:
@@ -106,11 +106,11 @@ def _commit_from_history(db: Path, run_id: str) -> str | None:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mlbench.compare.comparison import DEFAULT_RULES, RuleError, compare, parse_rules
+    from mlbench.compare.comparison import RuleError, compare, default_rules, parse_rules
     from mlbench.store.history import HistoryError
 
     pipeline = _pipeline(args)
-    texts = args.fail_on or (list(pipeline.config.report.gate) if pipeline is not None else []) or list(DEFAULT_RULES)
+    texts = args.fail_on or (list(pipeline.config.report.gate) if pipeline is not None else []) or default_rules()
     try:
         rules = parse_rules(texts)
     except RuleError as exc:
@@ -170,8 +170,8 @@ def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
 
 
 def cmd_history(args: argparse.Namespace) -> int:
-    from mlbench.compare.comparison import RULE_METRICS, _fmt
     from mlbench.config.base import suggest
+    from mlbench.metrics import catalog, format_value
     from mlbench.store.history import list_runs, metric_series
 
     pipeline = _pipeline(args)
@@ -191,7 +191,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     series = metric_series(db, args.metric, pipeline=name, model=args.model, limit=args.limit)
     if not series:
-        hint = suggest(args.metric, list(RULE_METRICS))
+        hint = suggest(args.metric, list(catalog()))
         print(f"\nno figures of {args.metric} in these runs{hint}")
         return 0
     rows = [["variant", "runs", "first", "last", "change", "trend"]]
@@ -204,9 +204,10 @@ def cmd_history(args: argparse.Namespace) -> int:
         first, last = values[0], values[-1]
         change = f"{(last.value / first.value - 1) * 100:+.1f}%" if first.value else "–"
         mark = lambda p: "~" if p.source == "estimated" else ""  # noqa: E731
-        rows.append([variant_id, str(len(values)), mark(first) + _fmt(first.value, "ms" if "latency" in args.metric
-                     else ""), mark(last) + _fmt(last.value, "ms" if "latency" in args.metric else ""), change,
-                     sparkline([p.value for p in values])])
+        known = catalog().get(args.metric)
+        unit = known.unit if known is not None else ""
+        rows.append([variant_id, str(len(values)), mark(first) + format_value(first.value, unit),
+                     mark(last) + format_value(last.value, unit), change, sparkline([p.value for p in values])])
     print(f"\n{args.metric} per variant, oldest → newest (~ estimated):")
     print("\n".join(_table(rows, right={1, 2, 3, 4})))
     if without:

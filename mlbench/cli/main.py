@@ -20,7 +20,7 @@ def _err(text: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mlbench.config.pipeline import load_pipeline
+    from mlbench.config.load import load_pipeline
 
     failed = 0
     for path in args.files:
@@ -39,7 +39,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from mlbench.config.pipeline import load_pipeline
+    from mlbench.config.load import load_pipeline
     from mlbench.matrix import Plan, expand
 
     pipeline = load_pipeline(args.file)
@@ -73,7 +73,7 @@ def _executor_address(text: str | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlbench.config.pipeline import load_pipeline
+    from mlbench.config.load import load_pipeline
     from mlbench.run.executors import default_jobs
     from mlbench.run.progress import for_terminal
     from mlbench.run.runner import run
@@ -156,29 +156,22 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inspectors() -> list:
+    from mlbench.backends.registry import specs
+
+    return [spec for spec in specs().values() if spec.inspect is not None]
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.report.program import render_program_markdown
+    """Hand the path to the backend whose artifact files end as it does (else the first that inspects)."""
+    from mlbench.backends.spec import load_attr
 
-    analysis = analyse_package(args.path)
-    placement = None
-    if args.compute_units:
-        from mlbench.backends.coreml.backend import CoremlArtifact, placement_for
-
-        placement = placement_for(CoremlArtifact(Path(args.path), analysis), args.compute_units)
-    if args.json:
-        data = analysis.model_dump(mode="json")
-        if placement is not None:
-            data["placement"] = placement.model_dump(mode="json")
-        print(json.dumps(data, indent=2))
-        return 0
-    print(render_program_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
-    if placement is not None:
-        from mlbench.report.placement import render_placement_markdown
-
-        print(render_placement_markdown(placement, title=f"Placement with {args.compute_units}",
-                                        max_ops=args.max_layers))
-    return 0
+    inspectors = _inspectors()
+    if not inspectors:
+        raise UserError("no registered backend can inspect files")
+    name = args.path.rstrip("/\\").lower()
+    chosen = next((s for s in inspectors if name.endswith(s.inspect.suffixes)), inspectors[0])
+    return load_attr(chosen.inspect.run)(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -205,12 +198,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true", help="reuse the finished records of the last run's journal")
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("inspect", help="static analysis of a Core ML package (.mlpackage or .mlmodel)")
+    from mlbench.backends.spec import load_attr
+
+    inspectors = _inspectors()
+    p = sub.add_parser("inspect", help="static analysis of an exported model: "
+                       + "; ".join(s.inspect.describe for s in inspectors))
     p.add_argument("path", metavar="PATH")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
-    p.add_argument("--compute-units", choices=("cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"),
-                   help="also summarise where each operation runs (measured on macOS 14.4+, else estimated)")
+    for spec in inspectors:
+        load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
 
     cache = sub.add_parser("cache", help="the content-addressed artifact cache")

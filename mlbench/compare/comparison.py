@@ -28,20 +28,21 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
 from mlbench.config.base import suggest
+from mlbench.metrics import catalog, compared_by_default, format_value, info
 from mlbench.records import RunRecord, RunReport
 
-# What is compared, in display order. Fractions (unit "ratio") move in percentage points.
-COMPARED = (
-    "latency.median", "latency.best", "load_time",
-    "placement.neural_engine", "placement.gpu", "placement.cpu", "placement.switches",
-    "verify.max_rel", "verify.max_abs", "size.package",
-)
-# Other metrics a rule may name (compared only when a rule asks for them).
-RULE_METRICS = (*COMPARED, "latency.p90", "first_call", "size.weights", "params", "macs")
-FRACTIONS = ("placement.neural_engine", "placement.gpu", "placement.cpu")
-LATENCY = ("latency.median", "latency.best", "latency.p90")
+# What is compared, which metrics a rule may name, and which move in percentage points (fractions)
+# all come from the metrics catalog (mlbench.metrics).
 STATUS_VALUES = ("failed", "skipped", "gone")
-DEFAULT_RULES = ("latency.median:+10%", "placement.neural_engine:-5pp", "status:failed")
+CORE_DEFAULT_RULES = ("latency.median:+10%", "status:failed")
+
+
+def default_rules() -> list[str]:
+    """mlbench's default gate, plus the rules each registered backend adds (a placement share that
+    must not fall, for example)."""
+    from mlbench.backends.registry import default_rules as backend_rules
+
+    return [CORE_DEFAULT_RULES[0], *backend_rules(), *CORE_DEFAULT_RULES[1:]]
 
 Group = Literal["regressed", "improved", "unchanged", "new", "gone"]
 GROUPS: tuple[Group, ...] = ("regressed", "improved", "unchanged", "new", "gone")
@@ -95,8 +96,9 @@ def parse_rule(text: str) -> Rule:
             raise RuleError(f"rule '{raw}': status can be {', '.join(STATUS_VALUES)}, "
                             f"not '{threshold}'{suggest(threshold, list(STATUS_VALUES))}")
         return Rule(text=raw, metric="status", kind="status", status=threshold)
-    if metric not in RULE_METRICS:
-        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, list(RULE_METRICS) + ['status'])}")
+    known = catalog()
+    if metric not in known:
+        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, [*known, 'status'])}")
     match = _THRESHOLD.match(threshold)
     if not match:
         raise RuleError(f"rule '{raw}': threshold '{threshold}' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N")
@@ -107,8 +109,9 @@ def parse_rule(text: str) -> Rule:
         return Rule(text=raw, metric=metric, kind="above" if op == ">" else "below",
                     direction=1 if op == ">" else -1, threshold=number)
     direction = 1 if op == "+" else -1
-    if unit == "pp" and metric not in FRACTIONS:
-        raise RuleError(f"rule '{raw}': percentage points apply to fractions ({', '.join(FRACTIONS)}); use % for {metric}")
+    if unit == "pp" and not known[metric].is_fraction:
+        fractions = ", ".join(m.name for m in known.values() if m.is_fraction)
+        raise RuleError(f"rule '{raw}': percentage points apply to fractions ({fractions}); use % for {metric}")
     if unit == "pp" and number > 100:
         raise RuleError(f"rule '{raw}': a fraction cannot move by more than 100 percentage points")
     kind = {"%": "relative", "pp": "points", None: "absolute_change"}[unit]
@@ -233,7 +236,8 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
     if b.source != h.source:
         note = f"base is {b.source}, head is {h.source}"
     noise = None
-    if metric in LATENCY and b.source == "measured" and h.source == "measured":
+    known = info(metric)
+    if known is not None and known.sampled and b.source == "measured" and h.source == "measured":
         bs, hs = _samples(base), _samples(head)
         if bs is None or hs is None:
             noise = NoiseTest(test=TEST_NAME, n_base=len(bs or []), n_head=len(hs or []), u=None, p_value=None,
@@ -245,25 +249,9 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
                 noise.interval = ratio_interval(bs, hs, statistic, alpha)
     return MetricDelta(
         metric=metric, unit=unit, base=bv, head=hv, base_source=b.source, head_source=h.source,
-        ratio=(hv / bv) if bv else None, points=(hv - bv) * 100 if metric in FRACTIONS else None,
+        ratio=(hv / bv) if bv else None, points=(hv - bv) * 100 if known is not None and known.is_fraction else None,
         change=hv - bv, noise=noise, note=note,
     )
-
-
-def _fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "–"
-    if unit == "ratio":
-        return f"{value * 100:.1f}%"
-    if unit == "ms":
-        return f"{value:.3f} ms" if value < 1 else f"{value:.2f} ms"
-    if unit == "s":
-        return f"{value:.3f} s"
-    if unit == "bytes":
-        from mlbench.units import human_bytes
-
-        return human_bytes(int(value))
-    return f"{value:.3g}" if isinstance(value, float) and not float(value).is_integer() else f"{value:g}"
 
 
 def describe_change(d: MetricDelta) -> str:
@@ -318,7 +306,7 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
         return
     kind = "regression" if crossing > 0 else "improvement"
     mark = lambda source: "~" if source == "estimated" else ""  # noqa: E731  (estimates say so)
-    message = (f"{mark(d.base_source)}{_fmt(d.base, d.unit)} → {mark(d.head_source)}{_fmt(d.head, d.unit)} "
+    message = (f"{mark(d.base_source)}{format_value(d.base, d.unit)} → {mark(d.head_source)}{format_value(d.head, d.unit)} "
                f"({describe_change(d)})")
     if d.note:
         message += f"; {d.note}"
@@ -352,8 +340,9 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
             base_label: str = "base", head_label: str = "head", base_commit: str | None = None,
             head_commit: str | None = None) -> Comparison:
     """Match variants by id and judge every rule; see the module docstring for the rule forms."""
-    rules = list(rules) if rules is not None else parse_rules(list(DEFAULT_RULES))
-    metrics = list(COMPARED) + [r.metric for r in rules if r.kind != "status" and r.metric not in COMPARED]
+    rules = list(rules) if rules is not None else parse_rules(default_rules())
+    compared = compared_by_default()
+    metrics = compared + [r.metric for r in rules if r.kind != "status" and r.metric not in compared]
     base_by_id = {r.variant_id: r for r in base.records}
     head_by_id = {r.variant_id: r for r in head.records}
     order = [r.variant_id for r in head.records] + [v for v in base_by_id if v not in head_by_id]

@@ -73,7 +73,7 @@ def _exact_p(u: float, m: int, n: int) -> float:
     """Two-sided exact p-value of U for samples without ties (small samples only)."""
     counts = _u_counts(m, n)
     low = min(u, m * n - u)
-    return min(1.0, 2 * sum(counts[: int(math.floor(low + 1e-9)) + 1]) / sum(counts))
+    return min(1.0, 2 * sum(counts[: math.floor(low + 1e-9) + 1]) / sum(counts))
 
 
 def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = DEFAULT_ALPHA) -> NoiseTest:

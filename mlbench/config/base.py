@@ -14,6 +14,9 @@ from pydantic_core import PydanticCustomError
 
 T = TypeVar("T")
 
+NO_OPTIMIZATION = "none"
+"""The `optimize` axis value meaning "no weight compression"; never a recipe's name."""
+
 
 def suggest(word: str, choices: list[str]) -> str:
     """'; did you mean 'x'?' for the closest choice, or '' when nothing is close."""

@@ -153,7 +153,7 @@ def _syntax_error(e: yaml.MarkedYAMLError, text: str, path: str | Path) -> UserE
 class _Node:
     """A composed node. ``size``/``height`` are *after* alias expansion, so bombs cost nothing."""
 
-    __slots__ = ("kind", "value", "mark", "size", "height", "src")
+    __slots__ = ("height", "kind", "mark", "size", "src", "value")
 
     def __init__(self, kind: str, value: Any, mark: Any, size: int = 1, height: int = 0,
                  src: str = ""):

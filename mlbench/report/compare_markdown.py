@@ -3,10 +3,10 @@ new / gone — ready for a pull-request comment or `$GITHUB_STEP_SUMMARY`."""
 
 from __future__ import annotations
 
-from mlbench.compare.comparison import Comparison, MetricDelta, RunRef, VariantComparison, _fmt, describe_change
+from mlbench.compare.comparison import Comparison, MetricDelta, RunRef, VariantComparison, describe_change
+from mlbench.metrics import format_value, headline
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
-SUMMARY_METRICS = ("latency.median", "placement.neural_engine", "verify.max_rel")
 
 
 def _cell(text: str) -> str:
@@ -21,7 +21,7 @@ def _ref(label: str, ref: RunRef) -> str:
 def _value(d: MetricDelta, side: str) -> str:
     value = d.base if side == "base" else d.head
     source = d.base_source if side == "base" else d.head_source
-    return ("~" if source == "estimated" else "") + _fmt(value, d.unit)
+    return ("~" if source == "estimated" else "") + format_value(value, d.unit)
 
 
 def _noise(d: MetricDelta) -> str:
@@ -35,7 +35,7 @@ def _noise(d: MetricDelta) -> str:
 def _summary_row(v: VariantComparison) -> str:
     by_metric = {d.metric: d for d in v.deltas}
     cells = [f"`{v.variant_id}`", f"{v.base_status or '–'} → {v.head_status or '–'}"]
-    for name in SUMMARY_METRICS:
+    for name in headline():
         d = by_metric.get(name)
         if d is None or (d.base is None and d.head is None):
             cells.append("–")
@@ -76,7 +76,7 @@ def render_comparison_markdown(comparison: Comparison) -> str:
                              f"{_cell(f.noise or '–')} |")
         lines.append("")
 
-    header = ["variant", "status", *SUMMARY_METRICS]
+    header = ["variant", "status", *headline()]
     table_head = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     unchanged = [v for v in c.variants if v.group == "unchanged"]
     if unchanged:

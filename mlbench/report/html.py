@@ -3,7 +3,7 @@
 A pure function of a RunReport (and, optionally, earlier runs' figures from the history):
 
 - latency per variant: a bar to the median, a whisker from best to p90;
-- placement per variant: one bar split by device (Neural Engine, GPU, CPU, unknown);
+- placement per variant: one bar split by device (each backend's devices, then unknown);
 - trends: latency median per variant across runs, where the history has earlier ones.
 
 Estimated figures are drawn hatched and carry `~`, like the Markdown report; absent ones say why.
@@ -17,11 +17,12 @@ from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Protocol
 
+from mlbench.backends.registry import devices
+from mlbench.metrics import format_ms as fmt_ms
+from mlbench.metrics import headline
 from mlbench.records import Metric, RunRecord, RunReport
-from mlbench.report.markdown import fmt_metric, fmt_ms
+from mlbench.report.markdown import fmt_metric
 
-DEVICES = (("neural_engine", "Neural Engine", "#2e7d32"), ("gpu", "GPU", "#1565c0"), ("cpu", "CPU", "#ef6c00"))
-SHORT = {"neural_engine": "NE", "gpu": "GPU", "cpu": "CPU"}
 UNKNOWN_COLOR = "#bdbdbd"
 LATENCY_COLOR = "#5e35b1"
 WHISKER_COLOR = "#212121"
@@ -134,7 +135,8 @@ def latency_chart(records: Sequence[RunRecord]) -> str:
 
 def placement_chart(records: Sequence[RunRecord]) -> str:
     """One 100% bar per variant with a placement, split by device; the rest of the bar is unknown."""
-    rows = [r for r in records if any(_value(r, f"placement.{d}") for d, _, _ in DEVICES)]
+    known = devices().values()
+    rows = [r for r in records if any(_value(r, f"placement.{d.name}") for d in known)]
     if not rows:
         return '<p class="meta">No variant in this run reports where its operations run.</p>'
     width = LABEL_W + PLOT_W + VALUE_W
@@ -152,14 +154,15 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
         left = 0.0
         sources = set()
         shares = []
-        for device, name, color in DEVICES:
+        for device_info in known:
+            device, name, color = device_info.name, device_info.label, device_info.color
             metric = _value(record, f"placement.{device}")
             if metric is None:
                 continue
             share = min(max(metric.value, 0.0), 1.0 - left)
             sources.add(metric.source)
             if metric.value > 0:
-                shares.append(f"{SHORT[device]} {metric.value * 100:.0f}%")
+                shares.append(f"{device_info.short} {metric.value * 100:.0f}%")
             if share > 0:
                 parts.append(f'<rect class="seg {device}" x="{LABEL_W + PLOT_W * left:.1f}" y="{y + 5}" '
                              f'width="{PLOT_W * share:.1f}" height="{ROW_H - 10}" fill="{color}">'
@@ -175,7 +178,7 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
         text = f"{mark}{' '.join(shares)}" + (f", {switches.value:g} switches" if switches else "")
         parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
     parts.append("</svg>")
-    legend = "".join(f'<span><i class="swatch" style="background:{c}"></i>{n}</span>' for _, n, c in DEVICES)
+    legend = "".join(f'<span><i class="swatch" style="background:{d.color}"></i>{d.label}</span>' for d in known)
     legend += f'<span><i class="swatch" style="background:{UNKNOWN_COLOR}"></i>unknown</span>'
     return f'<p class="legend">{legend}</p>' + "".join(parts)
 
@@ -214,10 +217,12 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
 
 
 def _table(records: Sequence[RunRecord]) -> str:
-    head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", "Neural Engine", "note")
+    share = ([name for name in headline() if name.startswith("placement.")] or [None])[0]
+    share_label = devices()[share.removeprefix("placement.")].label if share else "placement"
+    head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", share_label, "note")
     rows = []
     for r in records:
-        ne = _value(r, "placement.neural_engine")
+        ne = _value(r, share) if share else None
         cells = [
             escape(r.variant_id), f'<span class="{r.status}">{escape(r.status)}</span>',
             fmt_metric(r.metrics.get("latency.median")), fmt_metric(r.metrics.get("latency.best")),

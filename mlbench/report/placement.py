@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+from mlbench.backends.registry import devices as known_devices
 from mlbench.records import Placement
-
-DEVICE_LABEL = {"neural_engine": "Neural Engine", "gpu": "GPU", "cpu": "CPU"}
 
 
 def _pct(value: float | None) -> str:
@@ -18,7 +17,8 @@ def render_placement_markdown(placement: Placement, *, title: str, max_ops: int 
              "| Device | Compute ops | Cost share |", "|---|---:|---:|"]
     for device in devices:
         cost = (placement.by_cost or {}).get(device)
-        lines.append(f"| {DEVICE_LABEL.get(device, device)} | {_pct(placement.by_count.get(device, 0.0))} "
+        known = known_devices().get(device)
+        lines.append(f"| {known.label if known else device} | {_pct(placement.by_count.get(device, 0.0))} "
                      f"| {_pct(cost) if placement.by_cost else '–'} |")
     basis = {"estimated_cost": "Core ML's estimated cost", "time": "measured time", "macs": "MACs"}
     lines += ["", f"{placement.compute_ops} compute operations ({placement.constants} constants counted apart); "

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the report layer only reads the data
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, TensorDescription
@@ -25,7 +26,7 @@ def _shape(shape: Sequence[int | None] | None) -> str:
     return "×".join("?" if d is None else str(d) for d in shape)
 
 
-def _io(desc: "TensorDescription") -> str:
+def _io(desc: TensorDescription) -> str:
     parts = [f"`{desc.name}`"]
     if desc.kind == "image":
         parts.append(f"image {_shape(desc.shape)} {desc.dtype or ''}".rstrip())
@@ -39,12 +40,12 @@ def _io(desc: "TensorDescription") -> str:
     return " ".join(parts)
 
 
-def _macs_cell(layer: "LayerInfo") -> str:
+def _macs_cell(layer: LayerInfo) -> str:
     return "" if layer.macs is None else f"{layer.macs:,}"
 
 
 def render_program_markdown(
-    analysis: "ProgramAnalysis", *, title: str | None = None, max_layers: int | None = None, level: int = 3
+    analysis: ProgramAnalysis, *, title: str | None = None, max_layers: int | None = None, level: int = 3
 ) -> str:
     """Summary, op-type counts, notes and a collapsible per-layer table for one model."""
     a = analysis

@@ -8,14 +8,23 @@ at a time per machine. Records come back to the coordinator as they finish; it j
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mlbench.errors import UserError
 from mlbench.records import RunRecord
-from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, export_task, measure_task, run_group
+from mlbench.run.tasks import (
+    ExportOutcome,
+    Finished,
+    WorkContext,
+    WorkSpec,
+    export_artifact,
+    export_task,
+    failed_record,
+    measure_task,
+    run_group,
+)
+from mlbench.run.threads import limited_threads
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -29,22 +38,6 @@ OnExported = Callable[[ExportOutcome], None]
 
 def default_jobs() -> int:
     return os.cpu_count() or 1
-
-
-@contextmanager
-def limited_threads(threads: int) -> Iterator[None]:
-    """Fewer threads (torch's and the BLAS/OpenMP pools') while exports share the cores; the
-    measurements that follow get them all back."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with threadpool_limits(limits=threads):
-            yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 class LocalExecutor:
@@ -71,8 +64,6 @@ class LocalExecutor:
 
         from joblib.externals.loky import get_reusable_executor
 
-        from mlbench.run.tasks import export_artifact
-
         threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
         workers = min(self.jobs, len(variants)) - 1
         pool = get_reusable_executor(max_workers=workers)
@@ -80,7 +71,7 @@ class LocalExecutor:
         with limited_threads(threads):
             while pending or in_flight:
                 while pending and len(in_flight) < workers:  # workers take from the end ...
-                    in_flight.add(pool.submit(export_task, spec, pending.pop().id, threads))
+                    in_flight.add(pool.submit(export_task, spec, pending.pop(), threads))
                 if pending:  # ... and this process from the front
                     on_done(export_artifact(ctx, pending.pop(0)))
                 else:
@@ -141,7 +132,7 @@ class DaskExecutor:
     def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
         from distributed import as_completed
 
-        futures = [self.client.submit(export_task, spec, v.id, pure=False) for v in variants]
+        futures = [self.client.submit(export_task, spec, v, pure=False) for v in variants]
         for future in as_completed(futures):
             on_done(future.result())
 
@@ -149,17 +140,15 @@ class DaskExecutor:
                 on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
         from distributed import as_completed
 
-        from mlbench.run.tasks import _record, utc_now
-
         futures = {}
         for group in groups:
             resources = self._resources(group[0])
             why_not = self._unplaceable(resources)
             if why_not:
                 for variant in group:
-                    yield Finished(_record(variant, "skipped", utc_now(), time.perf_counter(), error=why_not))
+                    yield Finished(failed_record(variant, "skipped", why_not))
                 continue
-            future = self.client.submit(measure_task, spec, [v.id for v in group],
+            future = self.client.submit(measure_task, spec, group,
                                         failures.get(group[0].id), resources=resources, pure=False)
             futures[future] = group
             on_stage(group[0].artifact_id, "queued")

@@ -10,8 +10,8 @@ from __future__ import annotations
 import uuid
 
 from mlbench import __version__
-from mlbench.backends import backend_class
-from mlbench.config.pipeline import Pipeline
+from mlbench.backends.registry import backend_class
+from mlbench.config.load import Pipeline
 from mlbench.errors import UserError, short_error
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand

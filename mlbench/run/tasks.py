@@ -6,8 +6,9 @@ worker process, or on a Dask worker.
 - `run_group`: for the variants that share one artifact, fetch it and measure each variant,
   yielding each finished record as soon as it exists.
 
-A worker gets the pipeline as plain data (`PipelineConfig` JSON + its folder), never a pickled
-object, so a worker on another machine rebuilds exactly what the coordinator validated.
+A worker gets the pipeline's config as plain data (`PipelineConfig` JSON + its folder), validated
+once per worker process, and the variants themselves (plain frozen dataclasses): it never
+re-expands the matrix, and a worker on another machine builds exactly what the coordinator planned.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends import backend_class
 from mlbench.backends.base import Backend, VariantSkipped
+from mlbench.backends.registry import backend_class
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.errors import short_error
-from mlbench.matrix import Variant, expand
+from mlbench.matrix import Variant
 from mlbench.records import RunRecord
 from mlbench.store.cache import ArtifactCache
 
@@ -35,7 +36,7 @@ def utc_now() -> str:
 
 @dataclass(frozen=True)
 class WorkSpec:
-    """Everything a worker needs to redo the coordinator's plan: plain, picklable data."""
+    """What a worker needs to build backends and models for the variants it is sent: plain data."""
 
     config: dict[str, Any]
     base_dir: str
@@ -58,7 +59,6 @@ class WorkContext:
     stage_seconds: dict[str, float] = field(default_factory=lambda: {"load": 0.0, "export": 0.0, "measure": 0.0})
     _backends: dict[int, Backend] = field(default_factory=dict)
     _model: tuple[str, Any] | None = None
-    _variants: dict[str, Variant] | None = None
 
     @classmethod
     def from_spec(cls, spec: WorkSpec) -> WorkContext:
@@ -71,11 +71,6 @@ class WorkContext:
             yield
         finally:
             self.stage_seconds[stage] += time.perf_counter() - t0
-
-    def variant(self, variant_id: str) -> Variant:
-        if self._variants is None:
-            self._variants = {v.id: v for v in expand(self.config)}
-        return self._variants[variant_id]
 
     def backend(self, variant: Variant) -> Backend:
         if variant.target_index not in self._backends:
@@ -101,6 +96,11 @@ def _record(variant: Variant, status: str, started: str, t0: float, **fields: An
         artifact_id=variant.artifact_id, status=status, started=started,
         seconds=round(time.perf_counter() - t0, 6), **fields,
     )
+
+
+def failed_record(variant: Variant, status: str, error: str) -> RunRecord:
+    """A record for a variant that never started (skipped, or failed before any work)."""
+    return _record(variant, status, utc_now(), time.perf_counter(), error=error)
 
 
 def _model_failure(exc: BaseException) -> str:
@@ -204,21 +204,20 @@ def _context(spec: WorkSpec) -> WorkContext:
     return _CONTEXT[1]
 
 
-def export_task(spec: WorkSpec, variant_id: str, threads: int | None = None) -> ExportOutcome:
-    """Worker: build one artifact."""
+def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) -> ExportOutcome:
+    """Worker: build one artifact. The variant travels itself: no worker re-expands the matrix."""
     from contextlib import nullcontext
 
-    from mlbench.run.executors import limited_threads
+    from mlbench.run.threads import limited_threads
 
     with limited_threads(threads) if threads else nullcontext():
-        ctx = _context(spec)
-        return export_artifact(ctx, ctx.variant(variant_id))
+        return export_artifact(_context(spec), variant)
 
 
-def measure_task(spec: WorkSpec, variant_ids: list[str], export_failure: str | None = None) -> list[dict[str, Any]]:
+def measure_task(spec: WorkSpec, variants: list[Variant], export_failure: str | None = None) -> list[dict[str, Any]]:
     """Worker: measure one artifact's variants; records as JSON-ready dicts (they cross machines)."""
     ctx = _context(spec)
     out = []
-    for finished in run_group(ctx, [ctx.variant(v) for v in variant_ids], export_failure=export_failure):
+    for finished in run_group(ctx, variants, export_failure=export_failure):
         out.append({"record": finished.record.model_dump(mode="json"), "artifact": finished.artifact})
     return out

@@ -18,10 +18,11 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from mlbench.errors import UserError
 from mlbench.store.hashing import jsonable, path_size, sha256_path
@@ -129,7 +130,7 @@ def _read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
 def _fsync_path(path: Path) -> None:
     """fsync a file, or a directory's files and folders, so the rename publishes durable data."""
     if path.is_dir():
-        for dirpath, dirnames, filenames in os.walk(path):
+        for dirpath, _dirnames, filenames in os.walk(path):
             for name in filenames:
                 _fsync_fd(Path(dirpath) / name, os.O_RDONLY)
             _fsync_fd(Path(dirpath), os.O_RDONLY)

@@ -19,10 +19,9 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import Field, model_validator
 
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
-from mlbench.config.base import Axis, StrictModel, TargetBase, suggest
+from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
-NO_OPTIMIZATION = "none"
 
 
 class PalettizeRecipe(StrictModel):

@@ -1,0 +1,27 @@
+"""Core ML's section of the Markdown report: each artifact's program analysis, once per artifact."""
+
+from __future__ import annotations
+
+from mlbench.records import RunRecord
+from mlbench.report.program import render_program_markdown
+
+
+def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
+    """One static-analysis section per distinct artifact (several variants can share one)."""
+    from mlbench.backends.coreml.analysis import ProgramAnalysis  # pydantic only
+
+    lines: list[str] = []
+    seen: set[str] = set()
+    for record in records:
+        if record.artifact is None or record.artifact.key in seen:
+            continue
+        program = artifacts.get(record.artifact.key, {}).get("program")
+        if program is None:
+            continue
+        seen.add(record.artifact.key)
+        title = f"Program of `{record.artifact_id}` (artifact `{record.artifact.key[:12]}`)"
+        lines.append(render_program_markdown(ProgramAnalysis.model_validate(program), title=title, level=4))
+    if lines:
+        lines.insert(0, "Counts and sizes below are read from the saved package (measured); "
+                        "MACs are estimated from operation shapes.\n")
+    return lines

@@ -1,0 +1,24 @@
+"""Registration of the Core ML backend (see mlbench.backends.registry)."""
+
+from mlbench.backends.coreml.target import CoremlTarget, Recipe
+from mlbench.backends.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand
+
+NEURAL_ENGINE = DeviceInfo(name="neural_engine", label="Neural Engine", short="ANE", color="#2e7d32", rank=10)
+
+SPEC = BackendSpec(
+    name="coreml",
+    target=CoremlTarget,
+    backend="mlbench.backends.coreml.backend:CoremlBackend",
+    packages=("coremltools",),
+    devices=(NEURAL_ENGINE, GPU, CPU),
+    recipes=Recipe,
+    report_sections=("mlbench.backends.coreml.report:render_programs",),
+    default_rules=("placement.neural_engine:-5pp",),
+    inspect=InspectCommand(
+        suffixes=(".mlpackage", ".mlmodel"),
+        describe="a Core ML package (.mlpackage or .mlmodel)",
+        configure="mlbench.backends.coreml.inspect:configure",
+        run="mlbench.backends.coreml.inspect:run",
+    ),
+    order=1,
+)

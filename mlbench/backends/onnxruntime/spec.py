@@ -1,0 +1,14 @@
+"""Registration of the ONNX Runtime backend (see mlbench.backends.registry)."""
+
+from mlbench.backends.onnxruntime.target import OnnxruntimeTarget
+from mlbench.backends.spec import CPU, GPU, BackendSpec
+
+SPEC = BackendSpec(
+    name="onnxruntime",
+    target=OnnxruntimeTarget,
+    backend="mlbench.backends.onnxruntime.backend:OnnxruntimeBackend",
+    packages=("onnx", "onnxruntime"),
+    devices=(GPU, CPU),
+    report_sections=("mlbench.backends.onnxruntime.report:render_op_times",),
+    order=2,
+)

@@ -1,0 +1,82 @@
+"""What a backend tells the rest of mlbench about itself: one `BackendSpec` per backend package.
+
+The core (config, matrix, runner, reports, compare, machine snapshot, CLI) reads specs from the
+registry and never names a backend or a device. A spec is light: pydantic models and strings
+naming the heavy parts (`"module:attr"`), which are imported only when a run needs them, so
+`mlbench validate` never imports torch, coremltools or onnxruntime.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlbench.config.base import TargetBase
+
+
+def load_attr(path: str) -> Any:
+    """The object a `"package.module:attr"` string names."""
+    module_name, _, attr = path.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """A place where operations run, as placement summaries name it (`neural_engine`, `gpu`, `cpu`)."""
+
+    name: str
+    label: str
+    short: str
+    color: str
+    rank: int = 50
+    """Display order across backends: lower first (the accelerator a backend prefers comes first)."""
+
+
+@dataclass(frozen=True)
+class InspectCommand:
+    """`mlbench inspect PATH` for the artifact files this backend makes."""
+
+    suffixes: tuple[str, ...]
+    describe: str
+    configure: str
+    """"module:function(parser)" adding this backend's inspect options (must stay light)."""
+    run: str
+    """"module:function(args) -> int" doing the inspection."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """One backend: its target model, its class, and what the core needs to know to show it."""
+
+    name: str
+    target: type[TargetBase]
+    backend: str
+    """"module:Class" of the Backend subclass; imported only when a variant is exported or measured."""
+    packages: tuple[str, ...] = ()
+    """Distributions whose versions the machine snapshot records."""
+    devices: tuple[DeviceInfo, ...] = ()
+    """Devices its placement summaries use, each counted in `placement.<device>` fractions."""
+    recipes: Any = None
+    """A pydantic type for `optimizations:` entries this backend's targets refer to, or None."""
+    report_sections: tuple[str, ...] = ()
+    """"module:function(records, artifacts) -> list[str]" Markdown sections added below each model's table."""
+    default_rules: tuple[str, ...] = ()
+    """Compare rules this backend adds to mlbench's defaults (e.g. a placement share that must not fall)."""
+    inspect: InspectCommand | None = None
+    order: int = 100
+    """Position in the schema and in listings (built-ins first)."""
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def backend_class(self) -> type:
+        """The `mlbench.backends.base.Backend` subclass (not imported here: specs stay light)."""
+        return load_attr(self.backend)
+
+
+CPU = DeviceInfo(name="cpu", label="CPU", short="CPU", color="#ef6c00", rank=90)
+GPU = DeviceInfo(name="gpu", label="GPU", short="GPU", color="#1565c0", rank=50)
+"""Devices every runtime has; a backend adds its own accelerators beside them."""

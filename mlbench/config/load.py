@@ -1,0 +1,177 @@
+"""Read a pipeline file into a validated `Pipeline`: YAML positions + pydantic errors → one line per
+problem (`FILE:LINE:COL: where: what`), then the checks that need the whole pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mlbench.config.base import suggest
+from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
+from mlbench.errors import UserError
+
+
+class PipelineInvalid(UserError):
+    """One or more problems in a pipeline file; each renders as its own one-line error."""
+
+    def __init__(self, errors: list[UserError]) -> None:
+        self.errors = errors
+        super().__init__(errors[0].what, file=errors[0].file, line=errors[0].line, col=errors[0].col,
+                         where=errors[0].where)
+
+    def __str__(self) -> str:
+        return "\n".join(UserError.__str__(e) for e in self.errors)
+
+
+def format_where(loc: tuple[str | int, ...]) -> str:
+    """`targets[0].precision[1]` from ("targets", 0, "precision", 1)."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _data_loc(data: Any, loc: tuple[Any, ...]) -> tuple[str | int, ...]:
+    """Drop pydantic's extra loc parts (union tags, validator names) by walking the data."""
+    clean: list[str | int] = []
+    node = data
+    for part in loc:
+        if (isinstance(node, dict) and part in node) or (isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)):
+            node = node[part]
+            clean.append(part)
+    return tuple(clean)
+
+
+def _message(error: Any) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx", {})
+    value = error.get("input")
+    if kind == "missing":
+        return f"missing required key '{error['loc'][-1]}'"
+    if kind == "literal_error":
+        return f"{value!r} is not allowed; expected {ctx.get('expected', '')}"
+    if kind == "union_tag_invalid":
+        tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
+        return f"unknown backend '{ctx.get('tag')}'{suggest(str(ctx.get('tag')), tags)} (backends: {', '.join(tags)})"
+    if kind == "union_tag_not_found":
+        return "missing required key 'backend'"
+    if kind == "value_error":
+        return str(ctx.get("error", error["msg"]))
+    message = error["msg"]
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        message += f", got {value!r}"
+    return message
+
+
+def errors_from_validation(exc: ValidationError, loaded: Any) -> list[UserError]:
+    errors: list[UserError] = []
+    for error in exc.errors():
+        loc = _data_loc(loaded.data, tuple(error["loc"]))
+        as_key = False
+        if error["type"] == "unknown_key":
+            loc = (*loc, error["ctx"]["key"])
+            as_key = True
+        elif error["type"] == "missing":
+            as_key = False
+        position = loaded.locate(loc, key=as_key) or (None, None)
+        errors.append(UserError(_message(error), file=loaded.path, line=position[0], col=position[1],
+                                where=format_where(loc) or None))
+    return errors
+
+
+def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
+    """What pydantic can't see: names in include/exclude must exist, and the matrix can't be empty."""
+    errors: list[UserError] = []
+    model_names = [m.name for m in config.models]
+
+    def error(loc: tuple[str | int, ...], what: str, key: bool = False) -> None:
+        line, col = loaded.locate(loc, key=key) or (None, None)
+        errors.append(UserError(what, file=loaded.path, line=line, col=col, where=format_where(loc)))
+
+    for section, targets in (("targets", config.targets), ("include", config.include)):
+        for i, target in enumerate(targets):
+            for loc, what in target.check(config):
+                error((section, i, *loc), what)
+    for i, include in enumerate(config.include):
+        if include.model not in model_names:
+            error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
+    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes})
+    for i, entry in enumerate(config.exclude):
+        if not entry:
+            error(("exclude", i), "an empty exclude entry would match every variant")
+        for key in entry:
+            if key not in fields:
+                error(("exclude", i, key), f"unknown variant field '{key}'{suggest(str(key), fields)} "
+                      f"(fields: {', '.join(fields)})", key=True)
+    if not errors:
+        from mlbench.matrix import VariantConflict, expand
+
+        try:
+            variants = expand(config)
+        except VariantConflict as exc:
+            n = len(config.targets)
+            first, second = (("targets", i) if i < n else ("include", i - n)
+                             for i in (exc.first_index, exc.second_index))
+            error(second, f"gives variant {exc.variant_id} again, with other options than {format_where(first)}; "
+                  "a variant id must name one configuration")
+            return errors
+        if not variants:
+            loc: tuple[str | int, ...] = ("exclude",) if config.exclude else ("targets",)
+            error(loc, "the matrix is empty: every variant is excluded", key=True)
+    return errors
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """A validated pipeline and the file it came from (relative paths resolve against its folder)."""
+
+    config: PipelineConfig
+    path: Path
+    sha256: str
+
+    @property
+    def base_dir(self) -> Path:
+        return self.path.parent
+
+    def resolve(self, path: Path) -> Path:
+        """A path from the file, taken relative to the file's folder unless absolute."""
+        return path if path.is_absolute() else (self.base_dir / path).resolve()
+
+    @property
+    def cache_dir(self) -> Path:
+        """The pipeline's cache dir, else $MLBENCH_CACHE_DIR, else the platform's user cache dir."""
+        from mlbench.store.cache import default_cache_dir
+
+        configured = self.config.cache.dir
+        return default_cache_dir() if configured is None else self.resolve(configured)
+
+    @property
+    def history_path(self) -> Path:
+        """The pipeline's history path, else $MLBENCH_HISTORY, else beside the default cache folder."""
+        from mlbench.store.history import default_history_path
+
+        configured = self.config.history.path
+        return default_history_path() if configured is None else self.resolve(configured)
+
+    @property
+    def report_dir(self) -> Path:
+        return self.resolve(self.config.report.dir or Path("reports") / self.config.name)
+
+
+def load_pipeline(path: str | Path) -> Pipeline:
+    """Read, check and validate a pipeline file. Raises UserError (PipelineInvalid for many)."""
+    from mlbench.config.loader import load_yaml
+
+    path = Path(path)
+    loaded = load_yaml(path)
+    try:
+        config = PipelineConfig.model_validate(loaded.data)
+    except ValidationError as exc:
+        raise PipelineInvalid(errors_from_validation(exc, loaded)) from None
+    problems = _check_references(config, loaded)
+    if problems:
+        raise PipelineInvalid(problems)
+    return Pipeline(config=config, path=path.resolve(), sha256=loaded.sha256)

@@ -1,0 +1,107 @@
+"""The metrics catalog: every figure a record can carry, with its unit, which way is better, whether
+`mlbench compare` checks it by default, and how reports format it.
+
+Records, compare, the Markdown and HTML reports and history all read this one table instead of
+keeping their own lists. Per-device placement shares come from the backend registry's devices.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Literal
+
+Better = Literal["lower", "higher"]
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    name: str
+    unit: str
+    """ms, s, bytes, ratio (a share in [0, 1], moved in percentage points), count, rel, abs."""
+    label: str
+    better: Better | None = None
+    """None where neither direction is good in itself (e.g. a share of CPU work)."""
+    compared: bool = False
+    """Shown by `mlbench compare` without a rule asking for it."""
+    sampled: bool = False
+    """Backed by raw latency samples, so compare's noise guard applies."""
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.unit == "ratio"
+
+    def format(self, value: float | None, *, with_unit: bool = True) -> str:
+        return format_value(value, self.unit, with_unit=with_unit)
+
+
+_CORE: tuple[MetricInfo, ...] = (
+    MetricInfo("latency.median", "ms", "median ms", "lower", compared=True, sampled=True),
+    MetricInfo("latency.best", "ms", "best ms", "lower", compared=True, sampled=True),
+    MetricInfo("load_time", "ms", "load ms", "lower", compared=True),
+    # placement.<device> shares are inserted here, in the registry's device order
+    MetricInfo("placement.switches", "count", "switches", "lower", compared=True),
+    MetricInfo("verify.max_rel", "rel", "verify max_rel", "lower", compared=True),
+    MetricInfo("verify.max_abs", "abs", "verify max_abs", "lower", compared=True),
+    MetricInfo("size.package", "bytes", "package", "lower", compared=True),
+    MetricInfo("latency.p90", "ms", "p90 ms", "lower", sampled=True),
+    MetricInfo("first_call", "ms", "first call ms", "lower"),
+    MetricInfo("size.weights", "bytes", "weights", "lower"),
+    MetricInfo("params", "count", "params"),
+    MetricInfo("macs", "count", "MACs"),
+)
+
+
+@functools.cache
+def catalog() -> dict[str, MetricInfo]:
+    """Every known metric by name, in display order."""
+    from mlbench.backends.registry import devices
+
+    placement = [MetricInfo(f"placement.{d.name}", "ratio", d.short, compared=True) for d in devices().values()]
+    ordered = [*_CORE[:3], *placement, *_CORE[3:]]
+    return {m.name: m for m in ordered}
+
+
+def info(name: str) -> MetricInfo | None:
+    return catalog().get(name)
+
+
+def compared_by_default() -> list[str]:
+    return [m.name for m in catalog().values() if m.compared]
+
+
+def placement_shares() -> list[str]:
+    """`placement.<device>` names, accelerators first."""
+    return [m.name for m in catalog().values() if m.name.startswith("placement.") and m.is_fraction]
+
+
+def headline() -> list[str]:
+    """The figures a one-line summary of a variant shows: its median, where the registry's first
+    device (the preferred accelerator) stands, and its output error."""
+    shares = placement_shares()
+    return ["latency.median", *shares[:1], "verify.max_rel"]
+
+
+def format_ms(value: float | None) -> str:
+    """Milliseconds with the digits that matter at that size; – when absent."""
+    if value is None:
+        return "–"
+    return f"{value:.3f}" if value < 1 else f"{value:.2f}" if value < 100 else f"{value:.0f}"
+
+
+def format_value(value: float | None, unit: str, *, with_unit: bool = True) -> str:
+    """A figure in its unit, for text reports and compare output; – when absent."""
+    if value is None:
+        return "–"
+    if unit == "ratio":
+        return f"{value * 100:.1f}%"
+    if unit == "ms":
+        text = f"{value:.3f}" if value < 1 else f"{value:.2f}"
+        return f"{text} ms" if with_unit else text
+    if unit == "s":
+        return f"{value:.3f} s" if with_unit else f"{value:.3f}"
+    if unit == "bytes":
+        from mlbench.units import human_bytes
+
+        return human_bytes(int(value))
+    return f"{value:.3g}" if isinstance(value, float) and not float(value).is_integer() else f"{value:g}"
