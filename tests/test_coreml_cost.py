@@ -63,6 +63,19 @@ class Lstm(nn.Module):
         return self.lstm(x)[0]
 
 
+class Misc(nn.Module):
+    """A bidirectional LSTM, a matmul with a transposed operand, a transposed convolution."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(16, 32, bidirectional=True)
+        self.up = nn.ConvTranspose2d(4, 8, 3, stride=2)
+
+    def forward(self, x, y):  # x [10, 1, 16], y [6, 5]
+        gram = torch.matmul(y.transpose(-1, -2), y)  # [5, 5], K = 6
+        return self.lstm(x)[0], self.up(gram.unsqueeze(0).repeat(1, 4, 1, 1))
+
+
 class Speech(nn.Module):
     """A small conv front-end and an LSTM(256, 256) over 64 steps that holds most of the FLOPs."""
 
@@ -86,6 +99,7 @@ def packages(tmp_path_factory) -> dict[str, ProgramAnalysis]:
         built[f"zoo-{p}"] = export(Zoo(), [(1, 8, 8, 16), (1, 5)], ["x", "ids"], out / f"zoo-{p}", p,
                                    dtypes=[None, "int"])
     built["lstm"] = export(Lstm(), [(10, 1, 16)], ["x"], out / "lstm")
+    built["misc"] = export(Misc(), [(10, 1, 16), (6, 5)], ["x", "y"], out / "misc")
     built["pal4"] = export(nn.Linear(128, 64), [(1, 128)], ["x"], out / "pal4",
                            optimization={"kind": "palettize", "nbits": 4, "mode": "uniform"})
     built["speech"] = export(Speech(), [(1, 32, 64)], ["x"], out / "speech", "float16")
@@ -119,6 +133,16 @@ def test_lstm_over_the_whole_sequence(packages):
     # x, weights read; the output sequence and the final h and c written
     assert lstm.bytes == T * B * I * 4 + weights * 4 + (T * B * H + 2 * B * H) * 4
     assert a.totals.flops == lstm.flops and a.totals.bytes == lstm.bytes
+    bidirectional = only(packages["misc"], "lstm")
+    assert bidirectional.output_shape == [T, B, 2 * H] and bidirectional.flops == 2 * lstm.flops
+
+
+def test_matmul_and_conv_transpose(packages):
+    a = packages["misc"]
+    matmul, up = only(a, "matmul"), only(a, "conv_transpose")
+    assert matmul.flops == 2 * 5 * 5 * 6
+    assert matmul.bytes == 2 * 6 * 5 * 4 + 5 * 5 * 4  # y read twice (as x and as y), the product written
+    assert up.flops == 2 * (4 * 5 * 5) * (8 * 3 * 3)  # every input element meets C_out x kernel weights
 
 
 @pytest.mark.parametrize("precision", ["float32", "float16"])

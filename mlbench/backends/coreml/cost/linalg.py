@@ -89,5 +89,5 @@ def attention(desc: OpDescription) -> OpCost:
         if batch is not None and None not in (L, E, S, Ev):
             scores = L * S  # type: ignore[operator]
             mask = scores if desc.input("attn_mask") is not None else 0
-            flops = batch * (2 * scores * E + scores + mask + SOFTMAX_FLOPS * scores + 2 * scores * Ev)
+            flops = batch * (2 * scores * E + scores + mask + SOFTMAX_FLOPS * scores + 2 * scores * Ev)  # type: ignore[operator]
     return with_flops(desc, flops)
