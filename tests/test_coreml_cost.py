@@ -9,15 +9,23 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("coremltools")
 
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import torch.nn.functional as F
+from torch import nn
 
-from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package  # noqa: E402
-from mlbench.backends.coreml.cost import (  # noqa: E402
-    OpCost, OpDescription, Roofline, TensorSpec, load_roofline, op_cost, registered_op_types, time_like_cost)
-from mlbench.backends.coreml.export import export_coreml  # noqa: E402
-from mlbench.backends.coreml.placement import estimate_placement  # noqa: E402
-from mlbench.report.program import render_program_markdown  # noqa: E402
+from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+from mlbench.backends.coreml.cost import (
+    OpCost,
+    OpDescription,
+    Roofline,
+    TensorSpec,
+    load_roofline,
+    op_cost,
+    registered_op_types,
+    time_like_cost,
+)
+from mlbench.backends.coreml.export import export_coreml
+from mlbench.backends.coreml.placement import estimate_placement
+from mlbench.report.program import render_program_markdown
 
 SIZE = {"float32": 4, "float16": 2}
 
@@ -122,7 +130,7 @@ def test_linear(packages, precision):
 def test_lstm_over_the_whole_sequence(packages):
     a = packages["lstm"]
     lstm = only(a, "lstm")
-    T, B, I, H = 10, 1, 16, 32  # noqa: N806
+    T, B, I, H = 10, 1, 16, 32
     matmuls = 2 * 4 * H * (I + H)  # input and recurrent matmuls, 4 gates
     bias = 4 * H
     gates = H * (3 * 4 + 5 + 5 + 4)  # 3 sigmoid (4), tanh candidate (5), tanh of the cell (5), c and h updates (4)
@@ -194,7 +202,7 @@ def test_scaled_dot_product_attention(tmp_path):
     a = export(Attention(), [(1, 2, 6, 8), (1, 2, 10, 8), (1, 2, 10, 4)], ["q", "k", "v"], tmp_path, "float16",
                deployment_target="iOS18")
     sdpa = only(a, "scaled_dot_product_attention")
-    batch, L, S, E, Ev = 2, 6, 10, 8, 4  # noqa: N806
+    batch, L, S, E, Ev = 2, 6, 10, 8, 4
     assert sdpa.flops == batch * (2 * L * S * E + L * S + 5 * L * S + 2 * L * S * Ev)  # QK^T, scale, softmax, AV
     assert sdpa.bytes == 2 * batch * (L * E + S * E + S * Ev + L * Ev)
 
@@ -260,9 +268,8 @@ def test_constants_and_weights_are_not_computation():
 
 
 def test_every_coremltools_op_has_a_cost_family():
-    from coremltools.converters.mil.mil.ops.registry import SSAOpRegistry
-
     import coremltools.converters.mil.mil.ops.defs  # noqa: F401
+    from coremltools.converters.mil.mil.ops.registry import SSAOpRegistry
 
     missing = {op for op in SSAOpRegistry.core_ops if not op.startswith("constexpr_")} - registered_op_types()
     assert not missing

@@ -9,7 +9,14 @@ description from a MIL op of a saved ML program.
 
 from mlbench.backends.coreml.cost import families  # noqa: F401  (registers the families)
 from mlbench.backends.coreml.cost.base import (
-    OpCost, OpDescription, ProgramCost, TensorSpec, op_cost, program_cost, registered_op_types)
+    OpCost,
+    OpDescription,
+    ProgramCost,
+    TensorSpec,
+    op_cost,
+    program_cost,
+    registered_op_types,
+)
 from mlbench.backends.coreml.cost.roofline import Roofline, load_roofline, time_like_cost
 
 __all__ = [

@@ -20,8 +20,9 @@ Unknown shapes are never guessed: a figure that needs an unknown dimension is ``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "DTYPE_BITS",
@@ -168,9 +169,9 @@ def with_flops(desc: OpDescription, flops: int | None) -> OpCost:
     return OpCost(flops, read, wrote)
 
 
-def times(n: int | None, per: int | float) -> int | None:
+def times(n: int | None, per: float) -> int | None:
     """n x per (rounded), None when n is unknown."""
-    return None if n is None else int(round(n * per))
+    return None if n is None else round(n * per)
 
 
 def op_cost(desc: OpDescription) -> OpCost:

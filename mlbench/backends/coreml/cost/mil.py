@@ -54,6 +54,6 @@ def mil_op_cost(op_type: str, op: Any, prog: Any, weight_bytes: int | None) -> O
     """The cost of a MIL op; never raises."""
     try:
         desc = describe_mil_op(op_type, op, prog, weight_bytes)
-    except Exception:  # a spec that parses but does not hold together: nothing can be said
+    except Exception:  # noqa: BLE001 (a spec that parses but does not hold together: nothing can be said)
         return OpCost(None, None, None)
     return op_cost(desc)

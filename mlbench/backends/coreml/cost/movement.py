@@ -14,8 +14,7 @@
 
 from __future__ import annotations
 
-from mlbench.backends.coreml.cost.base import (
-    OpCost, OpDescription, read_inputs, register, with_flops, written)
+from mlbench.backends.coreml.cost.base import OpCost, OpDescription, read_inputs, register, with_flops, written
 
 MOVEMENT = (
     "reshape", "reshape_like", "transpose", "concat", "split", "stack", "pad", "tile", "cast", "expand_dims",
@@ -63,7 +62,7 @@ def gather(desc: OpDescription) -> OpCost:
             per = None if x.nbytes is None or not x.numel else x.nbytes / x.numel
         else:
             per = None if desc.weight_bytes is None or not x.numel else desc.weight_bytes / x.numel
-        rows = None if per is None else int(round(out.numel * per))
+        rows = None if per is None else round(out.numel * per)
     return OpCost(0, _added(indices, rows), written(desc))
 
 
@@ -72,7 +71,7 @@ def slice_(desc: OpDescription) -> OpCost:
     x, out = desc.input("x"), desc.out
     if x is not None and x.const:  # slicing a weight: at its stored density
         per = None if desc.weight_bytes is None or not x.numel else desc.weight_bytes / x.numel
-        read = None if per is None or out is None or out.numel is None else int(round(out.numel * per))
+        read = None if per is None or out is None or out.numel is None else round(out.numel * per)
     else:
         read = _added(written(desc), read_inputs(desc, skip=("x",)))
     return OpCost(0, read, written(desc))

@@ -8,10 +8,11 @@ efficiency, no fixed costs, no device switches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["ROOFLINE_PATH", "Roofline", "load_roofline", "time_like_cost"]
 
