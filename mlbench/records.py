@@ -130,10 +130,14 @@ class Placement(BaseModel):
     constants: int
     by_count: dict[Device, float] = Field(description="Share of compute operations per device.")
     by_cost: dict[Device, float] | None = Field(
-        default=None, description="Share of cost per device (Core ML's estimated cost, or measured time)."
+        default=None,
+        description="Share of cost per device (Core ML's estimated cost, measured time, or a roofline estimate).",
     )
-    cost_basis: Literal["estimated_cost", "time", "macs"] | None = Field(
-        default=None, description="What by_cost weighs: Core ML's estimated cost, measured time, or MACs (estimates)."
+    cost_basis: Literal["estimated_cost", "time", "macs", "roofline"] | None = Field(
+        default=None,
+        description="What by_cost weighs: Core ML's estimated cost, measured time, MACs (older estimates), or "
+        "roofline: max(FLOPs / peak, bytes / bandwidth) of each op on its device, from mlbench's cost model "
+        "and a reference chip (estimates).",
     )
     switches: int = Field(description="Device changes along the program order.")
     note: str | None = Field(default=None, description="Plain-words explanation, e.g. why nothing reached the Neural Engine.")

@@ -44,6 +44,26 @@ def _macs_cell(layer: LayerInfo) -> str:
     return "" if layer.macs is None else f"{layer.macs:,}"
 
 
+# --- cost model (mlbench/backends/coreml/cost) ---
+def _cost_row(a: "ProgramAnalysis") -> str:
+    t = a.totals
+    if t.flops is None and t.bytes is None:
+        return "n/a"
+    parts = [f"{human_count(t.flops)} FLOPs" if t.flops is not None else "FLOPs n/a",
+             f"{human_bytes(t.bytes)} read + written" if t.bytes is not None else "bytes n/a"]
+    if t.arithmetic_intensity is not None:
+        parts.append(f"{t.arithmetic_intensity:.2f} FLOP/byte")
+    unknown = sum(1 for layer in a.layers if layer.flops is None)
+    if unknown:
+        parts.append(f"FLOPs unknown for {unknown} ops")
+    return "; ".join(parts)
+
+
+def _count_cell(value: int | None) -> str:
+    return "" if value is None else f"{value:,}"
+# --- end cost model ---
+
+
 def render_program_markdown(
     analysis: ProgramAnalysis, *, title: str | None = None, max_layers: int | None = None, level: int = 3
 ) -> str:
@@ -64,7 +84,7 @@ def render_program_markdown(
     if t.macs is None:
         macs = "n/a"
     else:
-        macs = f"{t.macs:,} ({human_count(t.macs)}; {human_count(t.flops)} FLOPs)"
+        macs = f"{t.macs:,} ({human_count(t.macs)}; {human_count(2 * t.macs)} FLOPs)"
         if not t.macs_complete:
             macs = "≥ " + macs + ", some shapes unknown"
 
@@ -76,6 +96,7 @@ def render_program_markdown(
         ("Parameters", "n/a" if t.params is None else f"{t.params:,} ({human_count(t.params)})"),
         ("Weights as stored", human_bytes(t.weight_bytes)),
         ("MACs (estimated)", macs),
+        ("FLOPs, bytes (cost model)", _cost_row(a)),  # cost model
         ("Package size", human_bytes(a.package_size_bytes)),
     ]
     if a.inputs:
@@ -98,7 +119,8 @@ def render_program_markdown(
     if a.layers:
         shown = a.layers if max_layers is None else a.layers[: max(0, max_layers)]
         lines += [f"<details><summary>Layers ({len(a.layers):,})</summary>", ""]
-        lines += ["| # | Op | Type | Dtype | Output shape | MACs | Weights |", "|---:|---|---|---|---|---:|---|"]
+        lines += ["| # | Op | Type | Dtype | Output shape | MACs | FLOPs | Bytes | Weights |",
+                  "|---:|---|---|---|---|---:|---:|---:|---|"]
         for i, layer in enumerate(shown, 1):
             name = ("↳ " * layer.depth) + layer.name
             weights = ""
@@ -109,7 +131,7 @@ def render_program_markdown(
             lines.append(
                 f"| {i} | {_cell(name)} | {_cell(layer.op_type)} | {layer.output_dtype or ''} | "
                 f"{_shape(layer.output_shape) if layer.output_shape is not None else ''} | "
-                f"{_macs_cell(layer)} | {_cell(weights)} |"
+                f"{_macs_cell(layer)} | {_count_cell(layer.flops)} | {_count_cell(layer.bytes)} | {_cell(weights)} |"
             )
         if len(shown) < len(a.layers):
             lines += ["", f"… {len(a.layers) - len(shown):,} more layers not shown."]

@@ -14,6 +14,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.coreml.cost.roofline import time_like_cost  # cost model
 from mlbench.records import OpPlacement, Placement
 
 if TYPE_CHECKING:
@@ -144,11 +145,9 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
     rules = load_rules()
     layers = analysis.layers
     preferred = PREFERRED[compute_units]
-    total_macs = sum(layer.macs or 0 for layer in layers)
     ops: list[OpPlacement] = []
     for layer in layers:
-        ops.append(OpPlacement(name=layer.name, op_type=layer.op_type, device=None,
-                               cost=(layer.macs or 0) / total_macs if total_macs else None))
+        ops.append(OpPlacement(name=layer.name, op_type=layer.op_type, device=None))
     precision = analysis.precision
     note: str | None = None
     too_big = (analysis.totals.weight_bytes or 0) > ONE_GB
@@ -179,9 +178,15 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
                     op.device, op.rule, op.reason = CPU, blocker.id, blocker.reason
             _apply_islands(ops, rules["small-island"])
         note = _estimate_note(analysis, compute_units, ops, use_ane)
+    # --- cost model: each op's roofline time-like cost on its assigned device (mlbench/backends/coreml/cost) ---
+    times = [time_like_cost(layer, op.device) or 0.0 for layer, op in zip(layers, ops)]
+    total_time = sum(times)
+    for op, t in zip(ops, times):
+        op.cost = t / total_time if total_time else None
+    # --- end cost model ---
     return summarise(ops, source="estimated", method="mlbench rules (placement_rules.yaml)", preferred=preferred,
                      constants=analysis.const_count + sum(analysis.weight_ops.values()), note=note,
-                     cost_basis="macs" if total_macs else None)
+                     cost_basis="roofline" if total_time else None)
 
 
 def _estimate_note(analysis: ProgramAnalysis, compute_units: str, ops: list[OpPlacement], use_ane: bool) -> str:

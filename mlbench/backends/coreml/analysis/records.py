@@ -21,8 +21,9 @@ Definitions used throughout:
   the non-zero data plus the bit mask.  Blob-backed values use the size recorded in the
   weight file's blob header; inline values use their declared type.
 * **MACs**: multiply-accumulates of conv, conv_transpose, linear, matmul and einsum only;
-  other ops have ``macs=None`` (not counted).  **FLOPs = 2 x MACs** (one multiply and one
-  add per MAC); bias adds, activations, pooling and normalisation are not counted.
+  other ops have ``macs=None`` (not counted).
+* **FLOPs and bytes**: of every compute op, by the cost model (``mlbench.backends.coreml.cost``:
+  2 x MACs for the ops above, conventions per op family for the others).
 * **Precision**: from the floating-point output dtypes of the compute ops, leaving out
   the ``cast`` ops at the program boundary that coremltools inserts to turn float32
   inputs into float16 and float16 outputs back into float32.
@@ -57,6 +58,12 @@ class LayerInfo(BaseModel):
     output_dtype: str | None = None
     output_shape: list[int | None] | None = Field(default=None, description="None for an unknown dimension")
     macs: int | None = Field(default=None, description="multiply-accumulates; None: not counted or unknown")
+    # --- cost model (mlbench/backends/coreml/cost) ---
+    flops: int | None = Field(default=None, description="FLOPs by mlbench's cost model; None: unknown")
+    bytes: int | None = Field(
+        default=None, description="bytes read (inputs, weights as stored) + written (outputs); None: unknown"
+    )
+    # --- end cost model ---
     params: int | None = Field(default=0, description="elements of the weights this op is first to use")
     weight_bytes: int | None = Field(default=0, description="bytes of those weights as stored")
     weight_storage: str | None = Field(
@@ -79,7 +86,12 @@ class Totals(BaseModel):
     params: int | None = Field(description="None where not analysed")
     weight_bytes: int | None = Field(description="bytes of weights as stored (compressed size); None where not analysed")
     macs: int | None = Field(description="MACs of conv/conv_transpose/linear/matmul/einsum with known shapes")
-    flops: int | None = Field(description="2 x macs")
+    # --- cost model (mlbench/backends/coreml/cost) ---
+    flops: int | None = Field(description="FLOPs of every compute op by mlbench's cost model (ops with unknown "
+                              "FLOPs left out; 2 x macs for conv/linear/matmul/einsum)")
+    bytes: int | None = Field(default=None, description="bytes read + written by every compute op (unknown left out)")
+    arithmetic_intensity: float | None = Field(default=None, description="flops / bytes")
+    # --- end cost model ---
     macs_complete: bool = Field(description="False when some MAC ops have unknown shapes (macs is then a lower bound)")
 
 

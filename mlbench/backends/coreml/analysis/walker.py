@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 from mlbench.backends.coreml.analysis.mil import Program, numel, op_name, short_type, tensor_info
 from mlbench.backends.coreml.analysis.records import LayerInfo, Precision, Totals
 from mlbench.backends.coreml.analysis.weights import WeightAccounting, nn_weight_params
+from mlbench.backends.coreml.cost import program_cost  # cost model
+from mlbench.backends.coreml.cost.mil import mil_op_cost  # cost model
 from mlbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -135,6 +137,9 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
         if op_type in _UNCOUNTED_HEAVY_OPS:
             heavy_uncounted[op_type] += 1
         params, stored, storage = weights.for_op(op)
+        # --- cost model: every weight the op reads, at its stored size (a fresh, unclaimed accounting) ---
+        cost = mil_op_cost(op_type, op, prog, WeightAccounting(prog, blobs).for_op(op)[1])
+        # --- end cost model ---
         layers.append(
             LayerInfo(
                 name=op_name(op),
@@ -142,6 +147,8 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
                 output_dtype=out_dtype,
                 output_shape=out_shape,
                 macs=macs,
+                flops=cost.flops,  # cost model
+                bytes=cost.bytes,  # cost model
                 params=params,
                 weight_bytes=stored,
                 weight_storage=storage,
@@ -180,7 +187,7 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
     if heavy_uncounted:
         notes.append(
             "MACs of " + ", ".join(f"{v} {k}" for k, v in sorted(heavy_uncounted.items()))
-            + " ops are not counted"
+            + " ops are not counted (their FLOPs are, by the cost model)"  # cost model
         )
     if any(layer.macs for layer in layers if layer.depth > 0):
         notes.append(
@@ -191,6 +198,7 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
         notes.append("weights stored outside the .mlmodel file are counted at their declared size")
 
     macs_total = sum(layer.macs for layer in layers if layer.macs is not None)
+    program = program_cost(layers)  # cost model
     return {
         "function": fname,
         "functions": functions,
@@ -209,7 +217,9 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
             params=sum(layer.params or 0 for layer in layers),
             weight_bytes=sum(layer.weight_bytes or 0 for layer in layers),
             macs=macs_total,
-            flops=2 * macs_total,
+            flops=program.flops,  # cost model
+            bytes=program.bytes,  # cost model
+            arithmetic_intensity=program.arithmetic_intensity,  # cost model
             macs_complete=not unknown_mac_ops,
         ),
     }
