@@ -140,6 +140,13 @@ class Placement(BaseModel):
         "and a reference chip (estimates).",
     )
     switches: int = Field(description="Device changes along the program order.")
+    unknown: int = Field(default=0, description="Compute operations the runtime named no device for (e.g. casts "
+                         "at the boundary): counted apart, never as off the preferred device.")
+    rules: dict[str, int] | None = Field(
+        default=None, description="For estimates: the rules that decided, with the number of operations each decided.")
+    confidence: Literal["high", "medium", "low"] | None = Field(
+        default=None, description="For estimates: the lowest confidence among the rules that moved an operation "
+        "off the preferred device (or decided the whole program).")
     note: str | None = Field(default=None, description="Plain-words explanation, e.g. why nothing reached the Neural Engine.")
     ops: list[OpPlacement]
 

@@ -108,8 +108,8 @@ def test_dilated_convolution_leaves_the_neural_engine(tmp_path):
 
 
 def synthetic(op_types: list[str], precision: str = "FLOAT16") -> ProgramAnalysis:
-    layers = [LayerInfo(name=f"op{i}", op_type=t, output_dtype="fp16", output_shape=[1, 4]) for i, t in
-              enumerate(op_types)]
+    layers = [LayerInfo(name=f"op{i}", op_type=t, output_dtype="fp16", output_shape=[1, 4],
+                        attributes={"runtime_indices": True} if t == "gather" else {}) for i, t in enumerate(op_types)]
     return ProgramAnalysis(path="x", model_type="mlProgram", spec_version=7, precision=precision,
                            op_counts={}, const_count=3, layers=layers,
                            totals=Totals(compute_ops=len(layers), const_ops=3, weight_ops=0, params=0,
@@ -136,7 +136,7 @@ def test_unknown_precision_gets_causes_not_float32_advice():
 
 def test_every_rule_names_its_source():
     rules = load_rules()
-    assert {"float32-program", "recurrent", "gather", "small-island", "dilated-conv"} <= set(rules)
+    assert {"float32-program", "recurrent", "gather-runtime-indices", "small-island", "dilated-conv"} <= set(rules)
     assert all(rule.source for rule in rules.values())
 
 

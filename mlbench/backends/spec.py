@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlbench.backends.base import Backend
     from mlbench.config.base import TargetBase
 
 
@@ -68,11 +69,14 @@ class BackendSpec:
     default_rules: tuple[str, ...] = ()
     """Compare rules this backend adds to mlbench's defaults (e.g. a placement share that must not fall)."""
     inspect: InspectCommand | None = None
+    rules: str | None = None
+    """"module:function() -> list[dict]" listing the rules behind this backend's estimates (id, kind,
+    applies_to, confidence, says, source), for `mlbench rules`."""
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def backend_class(self) -> type:
+    def backend_class(self) -> type[Backend]:
         """The `mlbench.backends.base.Backend` subclass (not imported here: specs stay light)."""
         return load_attr(self.backend)
 

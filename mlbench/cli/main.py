@@ -174,6 +174,25 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return load_attr(chosen.inspect.run)(args)
 
 
+def cmd_rules(args: argparse.Namespace) -> int:
+    """The rules behind each backend's estimates, with their sources, for a reviewer to audit."""
+    from mlbench.backends.registry import specs
+    from mlbench.backends.spec import load_attr
+
+    tables = {name: load_attr(spec.rules)() for name, spec in specs().items() if spec.rules is not None}
+    if args.json:
+        print(json.dumps(tables, indent=2))
+        return 0
+    for name, rows in tables.items():
+        print(f"{name}: {len(rows)} rules (confidence: high = Apple's word, medium = a public compute plan or "
+              "Xcode report, low = a community claim or mlbench's assumption)\n")
+        for row in rows:
+            print(f"{row['id']} [{row['kind']}, {row['confidence']}]: {row['applies_to']}")
+            print(f"    {row['says']}")
+            print(f"    source: {row['source']}\n")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.")
     parser.add_argument("--version", action="version", version=f"mlbench {__version__}")
@@ -209,6 +228,10 @@ def build_parser() -> argparse.ArgumentParser:
     for spec in inspectors:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("rules", help="list the rules behind estimated figures, each with its source and confidence")
+    p.add_argument("--json", action="store_true", help="print the rules as JSON")
+    p.set_defaults(func=cmd_rules)
 
     cache = sub.add_parser("cache", help="the content-addressed artifact cache")
     cache_sub = cache.add_subparsers(dest="cache_command", required=True)

@@ -64,17 +64,23 @@ def placement_from_plan(ops: list[dict[str, Any]], compute_units: str, precision
         placed.append(OpPlacement(name=op.get("output") or op_type, op_type=op_type, device=device,
                                   supported=supported, cost=op.get("cost"), reason=reason))
     note = None
+    unknown = sum(op.device is None for op in placed)
     if PREFERRED[compute_units] == ANE:
-        off = [op for op in placed if op.device != ANE]
+        off = [op for op in placed if op.device not in (None, ANE)]  # no device named: unknown, not "off"
         if precision == "FLOAT32" and len(off) == len(placed):
             note = ("No operation reached the Neural Engine because the program is float32: Core ML runs only "
                     "float16 programs there. Export with `precision: float16` to use it.")
         elif off:
             kinds: dict[str, int] = {}
-            for op in off:
-                kinds[f"{op.op_type} ({op.reason})"] = kinds.get(f"{op.op_type} ({op.reason})", 0) + 1
+            for placed_op in off:
+                kind = f"{placed_op.op_type} ({placed_op.reason})"
+                kinds[kind] = kinds.get(kind, 0) + 1
             note = (f"{len(off)} of {len(placed)} compute operations run off the Neural Engine: "
                     + "; ".join(f"{k} ×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:6]) + ".")
+    if unknown:
+        note = ((note + " ") if note else "") + (
+            f"Core ML named no device for {unknown} operation{'s' if unknown != 1 else ''} (e.g. casts at the "
+            "boundary): counted apart as unknown.")
     has_cost = any(op.cost is not None for op in placed)
     return summarise(placed, source="measured", method="MLComputePlan", preferred=PREFERRED[compute_units],
                      constants=constants, note=note, cost_basis="estimated_cost" if has_cost else None)

@@ -8,19 +8,16 @@ line up column for column. The rules live in placement_rules.yaml, each with its
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from functools import lru_cache
 from itertools import pairwise
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.coreml.cost.roofline import time_like_cost  # cost model
+from mlbench.backends.coreml.placement_rules import ProgramContext, Rule, load_rules, lowest_confidence
 from mlbench.records import OpPlacement, Placement
 
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
 
-RULES_PATH = Path(__file__).with_name("placement_rules.yaml")
 ANE, GPU, CPU = "neural_engine", "gpu", "cpu"
 DEVICES = (ANE, GPU, CPU)
 PREFERRED = {"cpu_only": CPU, "cpu_and_gpu": GPU, "cpu_and_ne": ANE, "all": ANE}
@@ -29,59 +26,9 @@ ESTIMATE_CAVEAT = ("Estimated by mlbench's rules: Core ML publishes no list of N
                    "choice changes with device, OS version and tensor sizes.")
 
 
-@dataclass(frozen=True)
-class Rule:
-    id: str
-    kind: str
-    reason: str | None
-    source: str
-    ops: frozenset[str] | None = None
-    condition: str | None = None
-    max_ops: int | None = None
-
-
-@lru_cache(maxsize=1)
-def load_rules() -> dict[str, Rule]:
-    import yaml
-
-    data = yaml.safe_load(RULES_PATH.read_text(encoding="utf-8"))
-    rules = {}
-    for item in data["rules"]:
-        rules[item["id"]] = Rule(
-            id=item["id"], kind=item["kind"], reason=item.get("reason") or item.get("says"),
-            source=item["source"], ops=frozenset(item["ops"]) if "ops" in item else None,
-            condition=item.get("condition"), max_ops=item.get("max_ops"),
-        )
-    return rules
-
-
-def _any_over(values: Any, limit: float) -> bool:
-    return any(isinstance(v, (int, float)) and v > limit for v in (values or []))
-
-
-CONDITIONS = {
-    "float32_output": lambda layer: layer.output_dtype == "fp32",
-    "dilation_over_1": lambda layer: _any_over(layer.attributes.get("dilations"), 1),
-    "pool_kernel_over_13_or_stride_over_2": lambda layer: _any_over(layer.attributes.get("kernel_sizes"), 13)
-    or _any_over(layer.attributes.get("strides"), 2),
-    "upsample_over_2": lambda layer: _any_over((layer.attributes.get("scale_factor_height") or [])
-                                               + (layer.attributes.get("scale_factor_width") or []), 2),
-    "dynamic_shape": lambda layer: bool(layer.attributes.get("dynamic_shape"))
-    or (layer.output_shape is not None and None in layer.output_shape),
-}
-
-
-def ane_blocker(layer: LayerInfo, rules: dict[str, Rule]) -> Rule | None:
+def ane_blocker(layer: LayerInfo, rules: dict[str, Rule], context: ProgramContext) -> Rule | None:
     """The first op rule that keeps this operation off the Neural Engine, or None."""
-    for rule in rules.values():
-        if rule.kind != "op":
-            continue
-        if rule.ops is not None and layer.op_type not in rule.ops:
-            continue
-        if rule.condition is not None and not CONDITIONS[rule.condition](layer):
-            continue
-        return rule
-    return None
+    return next((rule for rule in rules.values() if rule.kind == "op" and rule.matches(layer, context)), None)
 
 
 def normalise_op_type(name: str) -> str:
@@ -143,23 +90,24 @@ def _off_ane_summary(ops: list[OpPlacement]) -> str:
 def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placement:
     """Where Core ML would likely run each compute operation, by mlbench's published rules."""
     rules = load_rules()
+    context = ProgramContext.of(analysis)
     layers = analysis.layers
     preferred = PREFERRED[compute_units]
-    ops: list[OpPlacement] = []
-    for layer in layers:
-        ops.append(OpPlacement(name=layer.name, op_type=layer.op_type, device=None))
+    ops = [OpPlacement(name=layer.name, op_type=layer.op_type, device=None) for layer in layers]
     precision = analysis.precision
-    note: str | None = None
     too_big = (analysis.totals.weight_bytes or 0) > ONE_GB
+    small = rules["small-program-cpu"].holds_for_program(context)
 
     if compute_units == "cpu_only":
         for op in ops:
             op.device, op.rule = CPU, "cpu-only"
     else:
-        blockers = [ane_blocker(layer, rules) for layer in layers]
-        eligible = [b is None for b in blockers]
-        use_ane = compute_units in ("cpu_and_ne", "all") and precision != "FLOAT32" and any(eligible)
-        if not use_ane:
+        blockers = [ane_blocker(layer, rules, context) for layer in layers]
+        use_ane = compute_units in ("cpu_and_ne", "all") and precision != "FLOAT32" and any(b is None for b in blockers)
+        if use_ane and small:
+            for op in ops:
+                op.device, op.rule, op.reason = CPU, "small-program-cpu", "the program is too small to gain from the Neural Engine"
+        elif not use_ane:
             # CPU_AND_GPU, or ALL with nothing for the Neural Engine: the GPU takes everything.
             target = GPU if compute_units in ("cpu_and_gpu", "all") else CPU
             rule = "gpu-assumed" if target == GPU else "float32-program"
@@ -174,24 +122,32 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
                     op.device, op.rule, op.reason = CPU, "model-over-1gb", rules["model-over-1gb"].reason
                 elif blocker is None:
                     op.device = ANE
+                    if compute_units == "all":
+                        op.rule = "all-prefers-cpu-fallback"
                 else:
                     op.device, op.rule, op.reason = CPU, blocker.id, blocker.reason
             _apply_islands(ops, rules["small-island"])
-        note = _estimate_note(analysis, compute_units, ops, use_ane)
     # --- cost model: each op's roofline time-like cost on its assigned device (mlbench/backends/coreml/cost) ---
     times = [time_like_cost(layer, op.device) or 0.0 for layer, op in zip(layers, ops)]
     total_time = sum(times)
     for op, t in zip(ops, times):
         op.cost = t / total_time if total_time else None
     # --- end cost model ---
-    return summarise(ops, source="estimated", method="mlbench rules (placement_rules.yaml)", preferred=preferred,
-                     constants=analysis.const_count + sum(analysis.weight_ops.values()), note=note,
-                     cost_basis="roofline" if total_time else None)
+    decided = Counter(op.rule for op in ops if op.rule)
+    note = None if compute_units == "cpu_only" else _estimate_note(analysis, compute_units, ops, decided)
+    placement = summarise(ops, source="estimated", method="mlbench rules (placement_rules.yaml)",
+                          preferred=preferred, constants=analysis.const_count + sum(analysis.weight_ops.values()),
+                          note=note, cost_basis="roofline" if total_time else None)
+    placement.rules = dict(decided)
+    placement.confidence = lowest_confidence(set(decided))  # type: ignore[assignment]
+    return placement
 
 
-def _estimate_note(analysis: ProgramAnalysis, compute_units: str, ops: list[OpPlacement], use_ane: bool) -> str:
+def _estimate_note(analysis: ProgramAnalysis, compute_units: str, ops: list[OpPlacement],
+                   decided: Counter[str]) -> str:
     precision = analysis.precision
     wants_ane = compute_units in ("cpu_and_ne", "all")
+    use_ane = any(op.device == ANE for op in ops) or "small-program-cpu" in decided
     parts: list[str] = []
     if wants_ane and precision == "FLOAT32":
         parts.append("No operation reached the Neural Engine because the program is float32: Core ML runs only "
@@ -209,10 +165,15 @@ def _estimate_note(analysis: ProgramAnalysis, compute_units: str, ops: list[OpPl
                          f"{_off_ane_summary(off)}.")
         else:
             parts.append("Every compute operation is eligible for the Neural Engine.")
+        if compute_units == "all" and use_ane:
+            parts.append("On a Mac, Core ML may give much of the model to the GPU under ALL instead.")
     else:
         parts.append("GPU support is assumed for every operation; no public list exists.")
+    rules = load_rules()
+    used = ", ".join(f"{rule} ({rules[rule].confidence})" for rule in decided if rule in rules)
+    parts.append(f"Rules that decided: {used}." if used else "")
     parts.append(ESTIMATE_CAVEAT)
-    return " ".join(parts)
+    return " ".join(p for p in parts if p)
 
 
 def summarise(ops: list[OpPlacement], *, source: str, method: str, preferred: str | None, constants: int,
@@ -220,6 +181,7 @@ def summarise(ops: list[OpPlacement], *, source: str, method: str, preferred: st
     by_cost = fractions(ops, weight=lambda op: op.cost) if cost_basis else None
     return Placement(
         source=source, method=method, preferred=preferred, compute_ops=len(ops), constants=constants,
+        unknown=sum(op.device is None for op in ops),
         by_count=fractions(ops), by_cost=by_cost or None, cost_basis=cost_basis if by_cost else None,
         switches=count_switches([op.device for op in ops]), note=note, ops=ops,
     )

@@ -20,5 +20,6 @@ SPEC = BackendSpec(
         configure="mlbench.backends.coreml.inspect:configure",
         run="mlbench.backends.coreml.inspect:run",
     ),
+    rules="mlbench.backends.coreml.placement_rules:rule_table",
     order=1,
 )

@@ -235,7 +235,18 @@ _PLACEMENT_INPUTS = {
     "upsample_nearest_neighbor": ("scale_factor_height", "scale_factor_width"),
     "upsample_bilinear": ("scale_factor_height", "scale_factor_width"),
 }
-_SHAPE_INPUTS = {"reshape": "shape", "tile": "reps", "expand_dims": "axes", "slice_by_index": "begin"}
+_SHAPE_INPUTS = {"reshape": "shape", "tile": "reps", "expand_dims": "axes", "slice_by_index": "begin",
+                 "slice_by_size": "begin", "slice_update": "begin"}
+_GATHERS = ("gather", "gather_nd", "gather_along_axis")
+
+
+def _numel(shape: list[int | None] | None) -> int | None:
+    if not shape or any(d is None for d in shape):
+        return None
+    n = 1
+    for d in shape:
+        n *= d  # type: ignore[operator]
+    return n
 
 
 def placement_attributes(op_type: str, op: Any, prog: Program) -> dict[str, Any]:
@@ -248,6 +259,16 @@ def placement_attributes(op_type: str, op: Any, prog: Program) -> dict[str, Any]
     shape_input = _SHAPE_INPUTS.get(op_type)
     if shape_input and shape_input in op.inputs and prog.const_value(op, shape_input) is None:
         attributes["dynamic_shape"] = True
+    if op_type in _GATHERS:
+        table, axis = prog.input_shape(op, "x"), prog.const_value(op, "axis")
+        if table and (axis is None or list(axis) == [0]):
+            attributes["table_rows"] = table[0]
+        if "indices" in op.inputs and prog.const_value(op, "indices") is None:
+            attributes["runtime_indices"] = True
+    if op_type == "scaled_dot_product_attention":
+        query = _numel(prog.input_shape(op, "query"))
+        if query is not None:
+            attributes["query_elements"] = query
     return attributes
 
 
