@@ -12,9 +12,11 @@ import math
 import statistics
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from mlbench.records import Latency
+
+StoppedBy = Literal["repeats", "min_time", "max_repeats"]  # Latency.stopped_by
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -28,7 +30,7 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 def summarise(
-    samples_ms: list[float], *, warmup: int, threads: int | None, total_s: float, stopped_by: str
+    samples_ms: list[float], *, warmup: int, threads: int | None, total_s: float, stopped_by: StoppedBy
 ) -> Latency:
     ordered = sorted(samples_ms)
     mean = statistics.fmean(samples_ms)
@@ -44,7 +46,7 @@ def summarise(
         cv=stdev / mean if mean > 0 else 0.0,
         threads=threads,
         total_s=total_s,
-        stopped_by=stopped_by,  # type: ignore[arg-type]
+        stopped_by=stopped_by,
     )
 
 
@@ -74,7 +76,7 @@ def time_calls(
         t0 = clock()
         call()
         append(clock() - t0)
-    stopped_by = "max_repeats" if first_phase == max_repeats else "repeats"
+    stopped_by: StoppedBy = "max_repeats" if first_phase == max_repeats else "repeats"
     while len(samples_ns) < max_repeats and clock() - start < min_time_ns:
         t0 = clock()
         call()

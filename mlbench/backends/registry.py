@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import entry_points
+from typing import TYPE_CHECKING
 
 from mlbench.backends.spec import BackendSpec, DeviceInfo
 from mlbench.errors import UserError
+
+if TYPE_CHECKING:
+    from mlbench.backends.base import Backend
 
 GROUP = "mlbench.backends"
 
@@ -45,7 +49,7 @@ def get(name: str) -> BackendSpec:
     return specs()[name]
 
 
-def backend_class(name: str) -> type:
+def backend_class(name: str) -> type[Backend]:
     return get(name).backend_class()
 
 

@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Collection
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlbench.errors import UserError
+
+if TYPE_CHECKING:
+    from mlbench.records import RunReport
 
 HISTORY_HELP = ("run history database (default: the --pipeline file's history, else $MLBENCH_HISTORY, "
                 "else mlbench-history.sqlite beside the default cache folder)")
@@ -34,7 +39,7 @@ def _pipeline(args: argparse.Namespace):
     return load_pipeline(args.pipeline)
 
 
-def _read_report(path: Path):
+def _read_report(path: Path) -> RunReport:
     import json
 
     from pydantic import ValidationError
@@ -75,7 +80,7 @@ class _Operand:
         if path.is_dir():
             path = path / "report.json"
         self.path = path if path.exists() or not _is_reference(text) else None
-        self.report = None
+        self.report: RunReport | None = None
         self.commit: str | None = None
 
     def load_file(self) -> None:
@@ -86,12 +91,14 @@ class _Operand:
                             "(last, last-on-this-machine or a run id)")
         self.report = _read_report(self.path)
 
-    def load_reference(self, db: Path, pipeline_name: str | None, exclude: tuple[str, ...]) -> None:
+    def load_reference(self, db: Path, pipeline_name: str | None, exclude: tuple[str, ...]) -> RunReport:
         from mlbench.store.history import resolve
 
-        self.report, row = resolve(db, self.text, pipeline=pipeline_name, exclude=exclude)
+        report, row = resolve(db, self.text, pipeline=pipeline_name, exclude=exclude)
+        self.report = report
         self.commit = row.git_commit
         self.text = f"{self.text} (history {db})"
+        return report
 
 
 def _commit_from_history(db: Path, run_id: str) -> str | None:
@@ -125,22 +132,26 @@ def cmd_compare(args: argparse.Namespace) -> int:
     name = pipeline.config.name if pipeline is not None else None
     if head.report is None:
         other = base.report
-        head.load_reference(db, name or (other.pipeline.name if other else None),
-                            (other.run_id,) if other else ())
+        head_report = head.load_reference(db, name or (other.pipeline.name if other else None),
+                                          (other.run_id,) if other else ())
+    else:
+        head_report = head.report
     if base.report is None:
         try:
-            base.load_reference(db, name or head.report.pipeline.name, (head.report.run_id,))
+            base_report = base.load_reference(db, name or head_report.pipeline.name, (head_report.run_id,))
         except HistoryError as exc:
             if not args.allow_missing_base:
                 raise
-            print(f"## mlbench compare: {head.report.pipeline.name}\n\nNothing to compare with: {exc.what} "
+            print(f"## mlbench compare: {head_report.pipeline.name}\n\nNothing to compare with: {exc.what} "
                   f"({db}). This run is the first; later runs compare against it.")
             return 0
-    for operand in (base, head):
+    else:
+        base_report = base.report
+    for operand, report in ((base, base_report), (head, head_report)):
         if operand.commit is None:
-            operand.commit = _commit_from_history(db, operand.report.run_id)
+            operand.commit = _commit_from_history(db, report.run_id)
 
-    comparison = compare(base.report, head.report, rules, alpha=args.alpha, base_label=base.text,
+    comparison = compare(base_report, head_report, rules, alpha=args.alpha, base_label=base.text,
                          head_label=head.text, base_commit=base.commit, head_commit=head.commit)
     if args.format == "json":
         print(comparison.model_dump_json(indent=2))
@@ -163,7 +174,7 @@ def sparkline(values: list[float]) -> str:
     return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
 
 
-def _table(rows: list[list[str]], right: set[int] = frozenset()) -> list[str]:
+def _table(rows: list[list[str]], right: Collection[int] = frozenset()) -> list[str]:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
             for r in rows]
@@ -201,13 +212,14 @@ def cmd_history(args: argparse.Namespace) -> int:
         if not values:
             without += 1  # e.g. Core ML variants recorded on Linux, where they are not timed
             continue
+        figures = [p.value for p in values if p.value is not None]
         first, last = values[0], values[-1]
-        change = f"{(last.value / first.value - 1) * 100:+.1f}%" if first.value else "–"
+        change = f"{(figures[-1] / figures[0] - 1) * 100:+.1f}%" if figures[0] else "–"
         mark = lambda p: "~" if p.source == "estimated" else ""  # noqa: E731
         known = catalog().get(args.metric)
         unit = known.unit if known is not None else ""
         rows.append([variant_id, str(len(values)), mark(first) + format_value(first.value, unit),
-                     mark(last) + format_value(last.value, unit), change, sparkline([p.value for p in values])])
+                     mark(last) + format_value(last.value, unit), change, sparkline(figures)])
     print(f"\n{args.metric} per variant, oldest → newest (~ estimated):")
     print("\n".join(_table(rows, right={1, 2, 3, 4})))
     if without:

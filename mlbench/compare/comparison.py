@@ -224,15 +224,18 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
     b, h = base.metrics.get(metric), head.metrics.get(metric)
     if b is None and h is None:
         return None
-    unit = (h or b).unit
-    bv = b.value if b is not None else None
-    hv = h.value if h is not None else None
+    ref = h if h is not None else b
+    assert ref is not None
+    unit = ref.unit
     note = None
-    if bv is None or hv is None:
+    if b is None or h is None or b.value is None or h.value is None:
+        bv = b.value if b is not None else None
+        hv = h.value if h is not None else None
         missing = [(side, m) for side, m in (("base", b), ("head", h)) if m is None or m.value is None]
         note = "; ".join(f"{side}: {m.reason if m is not None else 'not reported'}" for side, m in missing)
         return MetricDelta(metric=metric, unit=unit, base=bv, head=hv, base_source=b.source if b else None,
                            head_source=h.source if h else None, ratio=None, change=None, note=note)
+    bv, hv = b.value, h.value
     if b.source != h.source:
         note = f"base is {b.source}, head is {h.source}"
     noise = None
@@ -383,7 +386,8 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
             group = "improved"
         else:
             group = "unchanged"
-        ref = h or b
+        ref = h if h is not None else b
+        assert ref is not None  # every id in order comes from base or head
         variants.append(VariantComparison(
             variant_id=variant_id, model=ref.model, group=group, base_status=b.status if b else None,
             head_status=h.status if h else None, deltas=deltas, findings=findings, held_back=held_back,

@@ -119,8 +119,8 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
                   "a variant id must name one configuration")
             return errors
         if not variants:
-            loc: tuple[str | int, ...] = ("exclude",) if config.exclude else ("targets",)
-            error(loc, "the matrix is empty: every variant is excluded", key=True)
+            section_loc: tuple[str | int, ...] = ("exclude",) if config.exclude else ("targets",)
+            error(section_loc, "the matrix is empty: every variant is excluded", key=True)
     return errors
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
@@ -125,7 +125,6 @@ class ExecutorSettings(StrictModel):
 
 TARGET_MODELS = tuple(spec.target for spec in specs().values())
 """Every registered backend's target model, in the registry's order (the schema lists them so)."""
-TargetUnion = Annotated[Union[tuple(TARGET_MODELS)], Field(discriminator="backend")]  # noqa: UP007
 _RECIPES = [spec.recipes for spec in specs().values() if spec.recipes is not None]
 Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1
                else Union[tuple(_RECIPES)])  # noqa: UP007
@@ -143,7 +142,18 @@ def _include_model(target: type[TargetBase]) -> type[TargetBase]:
 
 
 INCLUDE_MODELS = tuple(_include_model(t) for t in TARGET_MODELS)
-IncludeUnion = Annotated[Union[tuple(INCLUDE_MODELS)], Field(discriminator="backend")]  # noqa: UP007
+
+if TYPE_CHECKING:
+    # The unions are built at import time from the registry; to a type checker a target is the
+    # backends' common base, and an include entry is one with a `model`.
+    class _IncludeTarget(TargetBase):
+        model: str
+
+    TargetUnion: TypeAlias = TargetBase
+    IncludeUnion: TypeAlias = _IncludeTarget
+else:
+    TargetUnion = Annotated[Union[tuple(TARGET_MODELS)], Field(discriminator="backend")]  # noqa: UP007
+    IncludeUnion = Annotated[Union[tuple(INCLUDE_MODELS)], Field(discriminator="backend")]  # noqa: UP007
 
 
 class PipelineConfig(StrictModel):

@@ -15,12 +15,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.metrics import headline
-from mlbench.records import Metric, RunRecord, RunReport
+from mlbench.records import Metric, RunRecord, RunReport, Source
 from mlbench.report.markdown import fmt_metric
 
 UNKNOWN_COLOR = "#bdbdbd"
@@ -73,9 +73,19 @@ def _nice_max(value: float) -> float:
     return 10 * exp
 
 
-def _value(record: RunRecord, name: str) -> Metric | None:
+class _Figure(NamedTuple):
+    """A metric that has a value."""
+
+    value: float
+    source: Source | None
+    metric: Metric
+
+
+def _value(record: RunRecord, name: str) -> _Figure | None:
     metric = record.metrics.get(name)
-    return metric if metric is not None and metric.value is not None else None
+    if metric is None or metric.value is None:
+        return None
+    return _Figure(metric.value, metric.source, metric)
 
 
 def _hatch_defs() -> str:
@@ -125,7 +135,7 @@ def latency_chart(records: Sequence[RunRecord]) -> str:
                          f'<line x1="{x1:.1f}" y1="{ym}" x2="{x2:.1f}" y2="{ym}"/>'
                          f'<line x1="{x1:.1f}" y1="{ym - 6}" x2="{x1:.1f}" y2="{ym + 6}"/>'
                          f'<line x1="{x2:.1f}" y1="{ym - 6}" x2="{x2:.1f}" y2="{ym + 6}"/></g>')
-        label = f"{fmt_metric(median)} ms"
+        label = f"{fmt_metric(median.metric)} ms"
         if best is not None and p90 is not None:
             label += f"  ({fmt_ms(best.value)}–{fmt_ms(p90.value)})"
         parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}">{escape(label)}</text>')
@@ -187,7 +197,8 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
     """A small line chart of one variant's latency median over runs, oldest left."""
     values = [p for p in points if p.value is not None]
     w, h, pad_l, pad_r, pad_t, pad_b = 340, 150, 52, 12, 24, 26
-    lo, hi = min(p.value for p in values), max(p.value for p in values)
+    figures = [p.value for p in values if p.value is not None]
+    lo, hi = min(figures), max(figures)
     span = (hi - lo) or max(hi * 0.1, 1e-9)
     lo, hi = lo - span * 0.15, hi + span * 0.15
     n = len(values)
@@ -217,7 +228,7 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
 
 
 def _table(records: Sequence[RunRecord]) -> str:
-    share = ([name for name in headline() if name.startswith("placement.")] or [None])[0]
+    share = next((name for name in headline() if name.startswith("placement.")), None)
     share_label = devices()[share.removeprefix("placement.")].label if share else "placement"
     head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", share_label, "note")
     rows = []
@@ -229,7 +240,7 @@ def _table(records: Sequence[RunRecord]) -> str:
             fmt_metric(r.metrics.get("latency.p90")),
             fmt_metric(r.metrics.get("load_time")),
             f"{r.verify.max_rel:.2e}" if r.verify else "–",
-            fmt_metric(ne, lambda v: f"{v * 100:.0f}%"),
+            fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")

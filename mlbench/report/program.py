@@ -45,7 +45,7 @@ def _macs_cell(layer: LayerInfo) -> str:
 
 
 # --- cost model (mlbench/backends/coreml/cost) ---
-def _cost_row(a: "ProgramAnalysis") -> str:
+def _cost_row(a: ProgramAnalysis) -> str:
     t = a.totals
     if t.flops is None and t.bytes is None:
         return "n/a"

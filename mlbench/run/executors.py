@@ -60,14 +60,15 @@ class LocalExecutor:
         """
         if self.jobs == 1 or len(variants) < 2:
             return  # exported in order during measurement, in this process: nothing to gain
-        from concurrent.futures import FIRST_COMPLETED, wait
+        from concurrent.futures import FIRST_COMPLETED, Future, wait
 
         from joblib.externals.loky import get_reusable_executor
 
         threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
         workers = min(self.jobs, len(variants)) - 1
         pool = get_reusable_executor(max_workers=workers)
-        pending, in_flight = list(variants), set()
+        pending = list(variants)
+        in_flight: set[Future[ExportOutcome]] = set()
         with limited_threads(threads):
             while pending or in_flight:
                 while pending and len(in_flight) < workers:  # workers take from the end ...

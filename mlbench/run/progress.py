@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from mlbench.records import RunRecord
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 def record_line(record: RunRecord, done: int, total: int) -> str:
@@ -63,7 +66,7 @@ class LiveProgress(Progress):
             TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,
         )
-        self.task = None
+        self.task: TaskID | None = None
 
     def start(self, total: int, done: int = 0) -> None:
         self.bar.start()

@@ -196,4 +196,3 @@ def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
     for tensor in inputs:
         digest.update(f"input:{tensor.dtype}:{list(tensor.shape)}\n".encode())
     return digest.hexdigest()
-

@@ -118,7 +118,7 @@ def _tensor_type(ct: Any, name: str, tensor: torch.Tensor) -> Any:
     import numpy as np
     import torch
 
-    dtype = None
+    dtype: type[np.generic] | None = None
     if tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
         dtype = np.int32
     elif tensor.dtype == torch.bool:

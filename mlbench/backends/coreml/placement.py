@@ -47,10 +47,10 @@ def count_switches(devices: list[str | None]) -> int:
 
 
 def fractions(ops: list[OpPlacement], weight: Any = None) -> dict[str, float]:
-    totals: Counter[str] = Counter()
+    totals: dict[str, float] = {}  # by device, in the order devices are met
     for op in ops:
         if op.device is not None:
-            totals[op.device] += 1.0 if weight is None else (weight(op) or 0.0)
+            totals[op.device] = totals.get(op.device, 0.0) + (1.0 if weight is None else (weight(op) or 0.0))
     total = sum(totals.values())
     if total <= 0:
         return {}

@@ -150,4 +150,3 @@ def op_name(op: Any) -> str:
         if vals:
             return str(vals[0])
     return op.outputs[0].name if op.outputs else short_type(op.type)
-

@@ -67,8 +67,8 @@ class WeightAccounting:
                     b, desc = self._constexpr_storage(prod)
                     stored += b
                     storage.append(desc)
-        desc = ", ".join(dict.fromkeys(storage)) if storage else None
-        return params, stored, desc
+        description = ", ".join(dict.fromkeys(storage)) if storage else None
+        return params, stored, description
 
     @staticmethod
     def _is_weight_const(op: Any) -> bool:

@@ -75,4 +75,3 @@ def slice_(desc: OpDescription) -> OpCost:
     else:
         read = _added(written(desc), read_inputs(desc, skip=("x",)))
     return OpCost(0, read, written(desc))
-
