@@ -1,8 +1,15 @@
-"""Shared fixtures: write pipeline files into a temp folder, find the repository's files."""
+"""Shared fixtures: write pipeline files into a temp folder, find the repository's files.
+
+Tests that need the ML stack (torch, coremltools, onnxruntime) carry the `torch` marker, on the
+test or for their whole module (`pytestmark = pytest.mark.torch`); without torch they are skipped,
+so the light tests (config, matrix, hashing, compare, reports, history...) run on a bare install.
+Select either part with `-m torch` / `-m "not torch"`.
+"""
 
 from __future__ import annotations
 
 import textwrap
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -24,6 +31,25 @@ targets:
 latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
 report: {{dir: out}}
 """
+
+
+@cache
+def _torch_missing() -> str | None:
+    """Why `torch`-marked tests cannot run here, or None when torch imports."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as exc:
+        return f"needs torch (the ML stack: pip install -e .), not importable here: {exc}"
+    return None
+
+
+@pytest.hookimpl(trylast=True)  # after -m has deselected: torch is imported only if a selected test needs it
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test is `torch` when it, its class or its module carries the marker (as `-m torch` sees it);
+    without torch such a test is skipped, saying why."""
+    for item in items:
+        if item.get_closest_marker("torch") is not None and (reason := _torch_missing()) is not None:
+            item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(autouse=True)

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mlbench.backends.registry import devices, specs
 from mlbench.compare.comparison import default_rules
 from mlbench.metrics import catalog
@@ -53,6 +55,7 @@ def test_builtin_backends_register_through_entry_points():
         "placement.neural_engine", "placement.gpu", "placement.cpu", "placement.switches"]
 
 
+@pytest.mark.torch  # the run builds the TinyCNN torch model (validate and schema alone would not need it)
 def test_a_backend_from_outside_runs_a_pipeline(tmp_path):
     path = tmp_path / "toy.yaml"
     path.write_text(TOY_PIPELINE, encoding="utf-8")

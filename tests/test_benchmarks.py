@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 
+import pytest
+
 from mlbench.config.load import load_pipeline
 from tests.conftest import ROOT
+
+pytestmark = pytest.mark.torch  # both scripts run real models
 
 
 def load(name: str):

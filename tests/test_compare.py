@@ -183,7 +183,6 @@ def test_different_machines_are_warned_about():
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    pytest.importorskip("torch")
     from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
     from tests.conftest import ROOT, TINY_PIPELINE
@@ -205,6 +204,7 @@ def two_runs(tmp_path_factory):
     return folder, paths
 
 
+@pytest.mark.torch
 def test_two_runs_of_one_pipeline_compare_as_unchanged(two_runs, capsys):
     _folder, (first, second) = two_runs
     assert main(["compare", str(first), str(second)]) == 0
@@ -214,6 +214,7 @@ def test_two_runs_of_one_pipeline_compare_as_unchanged(two_runs, capsys):
     assert "| `tiny_cnn/torch/cpu/float32` | ok → ok |" in out and "p=" in out
 
 
+@pytest.mark.torch
 def test_every_latency_raised_30_percent_fails_and_names_the_variant(two_runs, tmp_path, capsys):
     _, (first, _) = two_runs
     data = json.loads(first.read_text())
@@ -240,6 +241,7 @@ def test_every_latency_raised_30_percent_fails_and_names_the_variant(two_runs, t
     assert comparison.rules == ["latency.median:+40%"] and not comparison.regressed
 
 
+@pytest.mark.torch
 def test_history_references_and_pipeline_gate(two_runs, capsys, write_pipeline, tiny_pipeline_text):
     folder, (first, second) = two_runs
     db = str(folder / "history.sqlite")
@@ -257,6 +259,7 @@ def test_history_references_and_pipeline_gate(two_runs, capsys, write_pipeline, 
     assert json.loads(capsys.readouterr().out)["rules"] == ["latency.median:+1000%", "status:skipped"]
 
 
+@pytest.mark.torch
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, two_runs):
     folder, (first, _) = two_runs
     not_report = tmp_path / "other.json"
@@ -286,6 +289,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, two_runs):
         assert err.startswith(message) and err.count("\n") == 1, err
 
 
+@pytest.mark.torch
 def test_first_run_has_nothing_to_compare_with(two_runs, tmp_path, capsys):
     _, (first, _) = two_runs
     empty = tmp_path / "h.sqlite"

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("torch")
+pytest.importorskip("coremltools")
 
-from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package  # noqa: E402
-from mlbench.errors import UserError  # noqa: E402
-from mlbench.report.program import render_program_markdown  # noqa: E402
+import coremltools as ct
+import torch
+
+from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+from mlbench.errors import UserError
+from mlbench.report.program import render_program_markdown
+
+pytestmark = pytest.mark.torch
 
 # ---------------------------------------------------------------- the model and its hand counts
 #

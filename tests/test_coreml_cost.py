@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 pytest.importorskip("coremltools")
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -26,6 +27,8 @@ from mlbench.backends.coreml.cost import (
 from mlbench.backends.coreml.export import export_coreml
 from mlbench.backends.coreml.placement import estimate_placement
 from mlbench.report.program import render_program_markdown
+
+pytestmark = pytest.mark.torch
 
 SIZE = {"float32": 4, "float16": 2}
 
@@ -130,16 +133,16 @@ def test_linear(packages, precision):
 def test_lstm_over_the_whole_sequence(packages):
     a = packages["lstm"]
     lstm = only(a, "lstm")
-    T, B, I, H = 10, 1, 16, 32
-    matmuls = 2 * 4 * H * (I + H)  # input and recurrent matmuls, 4 gates
+    T, B, D, H = 10, 1, 16, 32
+    matmuls = 2 * 4 * H * (D + H)  # input and recurrent matmuls, 4 gates
     bias = 4 * H
     gates = H * (3 * 4 + 5 + 5 + 4)  # 3 sigmoid (4), tanh candidate (5), tanh of the cell (5), c and h updates (4)
     assert lstm.flops == T * B * (matmuls + bias + gates) == 132_480
     assert lstm.macs is None  # the MAC count still leaves recurrent ops out
-    weights = 4 * H * I + 4 * H * H + 4 * H + 2 * H  # weight_ih, weight_hh, bias, initial h and c (consts)
+    weights = 4 * H * D + 4 * H * H + 4 * H + 2 * H  # weight_ih, weight_hh, bias, initial h and c (consts)
     assert lstm.weight_bytes == weights * 4
     # x, weights read; the output sequence and the final h and c written
-    assert lstm.bytes == T * B * I * 4 + weights * 4 + (T * B * H + 2 * B * H) * 4
+    assert lstm.bytes == T * B * D * 4 + weights * 4 + (T * B * H + 2 * B * H) * 4
     assert a.totals.flops == lstm.flops and a.totals.bytes == lstm.bytes
     bidirectional = only(packages["misc"], "lstm")
     assert bidirectional.output_shape == [T, B, 2 * H] and bidirectional.flops == 2 * lstm.flops

@@ -7,21 +7,25 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
-ct = pytest.importorskip("coremltools")
+pytest.importorskip("torch")
+pytest.importorskip("coremltools")
 
-from coremltools.proto import MIL_pb2  # noqa: E402
+import coremltools as ct
+import torch
+from coremltools.proto import MIL_pb2
 
-from mlbench.backends.coreml.conversion import _convert_exported  # noqa: E402
-from mlbench.backends.coreml.deployment import (  # noqa: E402
+from mlbench.backends.coreml.conversion import _convert_exported
+from mlbench.backends.coreml.deployment import (
     ExportError,
     InvalidExportOptions,
     check_deployment_target,
     minimum_deployment_target,
     valid_deployment_targets,
 )
-from mlbench.backends.coreml.export import EXPORT_PATH_TORCH_EXPORT, EXPORT_PATH_TRACE, export_coreml  # noqa: E402
-from mlbench.backends.coreml.messages import import_coremltools, shorten_coremltools_message  # noqa: E402
+from mlbench.backends.coreml.export import EXPORT_PATH_TORCH_EXPORT, EXPORT_PATH_TRACE, export_coreml
+from mlbench.backends.coreml.messages import import_coremltools, shorten_coremltools_message
+
+pytestmark = pytest.mark.torch
 
 nn = torch.nn
 

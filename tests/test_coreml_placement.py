@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("coremltools")
+
 import torch
 from torch import nn
 
@@ -14,7 +18,7 @@ from mlbench.backends.coreml.placement import ESTIMATE_CAVEAT, estimate_placemen
 from mlbench.cli.main import main
 from tests.conftest import ROOT
 
-pytest.importorskip("coremltools")
+pytestmark = pytest.mark.torch
 
 
 class LstmTagger(nn.Module):

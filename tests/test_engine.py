@@ -20,6 +20,7 @@ from mlbench.store.cache import ArtifactCache
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")
+pytestmark = pytest.mark.torch
 
 PIPELINE = f"""\
 version: 1

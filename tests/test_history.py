@@ -115,11 +115,11 @@ def test_git_commit_is_recorded_inside_a_repo_and_never_fails_without_git(tmp_pa
 
 @pytest.fixture
 def tiny_with_history(write_pipeline, tiny_pipeline_text, tmp_path):
-    pytest.importorskip("torch")
     text = tiny_pipeline_text.replace("report: {dir: out}", "report: {dir: out, formats: [json, html]}")
     return write_pipeline(text + "history: {path: runs/history.sqlite}\n")
 
 
+@pytest.mark.torch
 def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
     from mlbench.cli.main import main as cli_main
 
@@ -147,6 +147,7 @@ def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
     assert capsys.readouterr().err == f"{tmp_path / 'missing.sqlite'}: no run history here yet (runs are recorded by `mlbench run`)\n"
 
 
+@pytest.mark.torch
 def test_a_history_that_cannot_be_written_is_a_warning_not_a_lost_report(tiny_with_history, tmp_path, capsys):
     from mlbench.cli.main import main as cli_main
 

@@ -127,9 +127,9 @@ def test_chromium_draws_every_chart(tmp_path):
     assert _count(image, TREND_COLOR) > 100
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(_chromium() is None, reason="needs a Chromium (apt-get install chromium)")
 def test_a_run_writes_the_html_report_with_trends(write_pipeline, tiny_pipeline_text, tmp_path):
-    pytest.importorskip("torch")
     from mlbench.cli.main import main
 
     text = tiny_pipeline_text.replace("report: {dir: out}", "report: {dir: out, formats: [html]}")

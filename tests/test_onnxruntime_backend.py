@@ -16,6 +16,7 @@ from tests.conftest import ROOT
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
+pytestmark = pytest.mark.torch
 
 PIPELINE = f"""\
 version: 1

@@ -13,7 +13,7 @@ from mlbench.report.json_report import report_schema
 from mlbench.run.runner import run
 from tests.conftest import ROOT
 
-pytest.importorskip("torch")
+pytestmark = pytest.mark.torch
 
 
 def test_run_writes_valid_reports_and_keeps_going(write_pipeline, tiny_pipeline_text, tmp_path, capsys):
