@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import functools
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING
+from typing import Any
 
 from mlbench.backends.spec import BackendSpec, DeviceInfo
 from mlbench.errors import UserError
-
-if TYPE_CHECKING:
-    from mlbench.backends.base import Backend
 
 GROUP = "mlbench.backends"
 
@@ -49,7 +46,8 @@ def get(name: str) -> BackendSpec:
     return specs()[name]
 
 
-def backend_class(name: str) -> type[Backend]:
+def backend_class(name: str) -> Any:
+    """The backend's `Backend` subclass (see BackendSpec.backend_class)."""
     return get(name).backend_class()
 
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from mlbench.backends.base import Backend
     from mlbench.config.base import TargetBase
 
 
@@ -76,8 +75,10 @@ class BackendSpec:
     """Position in the schema and in listings (built-ins first)."""
     extras: dict[str, Any] = field(default_factory=dict)
 
-    def backend_class(self) -> type[Backend]:
-        """The `mlbench.backends.base.Backend` subclass (not imported here: specs stay light)."""
+    def backend_class(self) -> Any:
+        """The `mlbench.backends.base.Backend` subclass. Typed loosely on purpose: naming Backend here
+        would make the registry import the backend base, which imports the pipeline config, which
+        reads the registry."""
         return load_attr(self.backend)
 
 

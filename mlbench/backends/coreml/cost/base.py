@@ -180,8 +180,7 @@ def op_cost(desc: OpDescription) -> OpCost:
     Unknown op types (and ops whose description does not fit their family, e.g. a malformed
     spec) get ``flops=None`` with bytes still counted by the module convention.
     """
-    from mlbench.backends.coreml.cost import families  # noqa: F401  (registers the families)
-
+    # the families register themselves when the package is imported (mlbench/backends/coreml/cost/__init__.py)
     if desc.op_type.startswith("constexpr_"):  # weights materialised at load time: data, not computation
         return OpCost(0, 0, 0)
     fn = _REGISTRY.get(desc.op_type)

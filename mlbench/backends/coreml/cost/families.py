@@ -1,3 +1,8 @@
 """Imports every family module, so that each registers its op types."""
 
-from mlbench.backends.coreml.cost import elementwise, linalg, movement, normalization, recurrent, spatial  # noqa: F401
+import mlbench.backends.coreml.cost.elementwise
+import mlbench.backends.coreml.cost.linalg
+import mlbench.backends.coreml.cost.movement
+import mlbench.backends.coreml.cost.normalization
+import mlbench.backends.coreml.cost.recurrent
+import mlbench.backends.coreml.cost.spatial  # noqa: F401
