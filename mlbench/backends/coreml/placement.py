@@ -110,12 +110,16 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
         elif not use_ane:
             # CPU_AND_GPU, or ALL with nothing for the Neural Engine: the GPU takes everything.
             target = GPU if compute_units in ("cpu_and_gpu", "all") else CPU
-            rule = "gpu-assumed" if target == GPU else "float32-program"
-            for op in ops:
-                op.device, op.rule = target, rule
+            for op, blocker in zip(ops, blockers):
+                if target == GPU:
+                    op.device, op.rule = GPU, "gpu-assumed"
+                elif precision == "FLOAT32" or blocker is None:
+                    op.device, op.rule = CPU, "float32-program"
+                else:  # every operation is blocked: each says by which rule
+                    op.device, op.rule = CPU, blocker.id
                 if preferred == ANE:
                     op.reason = (rules["float32-program"].reason if precision == "FLOAT32"
-                                 else "not eligible for the Neural Engine")
+                                 else blocker.reason if blocker is not None else "not eligible for the Neural Engine")
         else:
             for op, blocker in zip(ops, blockers):
                 if too_big:
