@@ -1,0 +1,192 @@
+"""Running a loaded ML program op by op.
+
+``Emulator(program)`` prepares the program once: it decodes every ``const``, folds the
+``constexpr_*`` ops (their inputs are constants by definition) and resolves each op's kernel.
+``Emulator.run(inputs)`` then executes ``main`` in program order, nested blocks (``cond``,
+``while_loop``) included, storing each op's outputs in their declared dtype (``precision.store``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from mlbench.backends.coreml.emulate.precision import PRECISIONS, from_numpy, store, to_numpy
+from mlbench.backends.coreml.emulate.program import Block, Op, Program, TypeInfo
+from mlbench.backends.coreml.emulate.registry import KERNELS, Kernel, supported_op_types
+
+__all__ = ["EmulationError", "Emulator", "UnsupportedOps", "find_unsupported"]
+
+_MAX_LOOP_ITERATIONS = 1_000_000
+_LITERAL = object()
+
+
+class UnsupportedOps(Exception):
+    """The program holds op types the interpreter has no kernel for; nothing was run."""
+
+    def __init__(self, ops: list[str]) -> None:
+        self.ops = list(ops)
+        super().__init__(
+            f"the Core ML interpreter has no kernel for op type(s): {', '.join(self.ops)}"
+        )
+
+
+class EmulationError(RuntimeError):
+    """An op failed while running; the message names it."""
+
+
+def find_unsupported(program: Program) -> list[str]:
+    supported = supported_op_types()
+    return sorted({t for t in program.op_types() if t not in supported})
+
+
+@dataclass
+class _Step:
+    op: Op
+    kernel: Kernel | None
+    # input name -> list of (variable name or None, literal value)
+    args: list[tuple[str, list[tuple[str | None, Any]], bool]]
+    outputs: list[tuple[str, str | None]]  # (name, declared dtype)
+    blocks: list[list["_Step"]]  # prepared nested blocks
+
+
+class Emulator:
+    """A prepared program; ``run`` may be called many times."""
+
+    def __init__(self, program: Program, precision: str = "declared") -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, not {precision!r}")
+        missing = find_unsupported(program)
+        if missing:
+            raise UnsupportedOps(missing)
+        self.program = program
+        self.precision = precision
+        self.types: dict[str, TypeInfo] = dict(program.inputs)
+        self.constants: dict[str, Any] = {}
+        self.steps = self._prepare(program.main)
+
+    # ------------------------------------------------------------------ preparation
+
+    def _prepare(self, block: Block) -> list[_Step]:
+        steps: list[_Step] = []
+        for name, info in block.inputs:
+            self.types[name] = info
+        for op in block.ops:
+            for name, info in op.outputs:
+                self.types[name] = info
+            outputs = [(name, info.dtype) for name, info in op.outputs]
+            if op.type == "const":
+                self.constants[op.outputs[0][0]] = store(_to_torch(op.attributes["val"]), outputs[0][1], self.precision)
+                continue
+            kernel = KERNELS.get(op.type)
+            params = {k: v for k, v in op.attributes.items()}
+            args = []
+            for key, bindings in op.inputs.items():
+                refs = [(b.name, None if b.name else _to_torch(b.value)) for b in bindings]
+                variadic = (kernel is not None and key in kernel.variadic) or (op.type, key) == ("while_loop", "loop_vars")
+                args.append((key, refs, variadic or len(refs) > 1))
+            for key, value in params.items():
+                args.append((key, [(None, _to_torch(value))], False))
+            step = _Step(op, kernel, args, outputs, [self._prepare(b) for b in op.blocks])
+            if op.type.startswith("constexpr_") and all(n is None or n in self.constants for _, refs, _v in args
+                                                        for n, _ in refs):
+                for (name, _dtype), value in zip(outputs, self._execute(step, self.constants)):
+                    self.constants[name] = value
+                continue
+            steps.append(step)
+        return steps
+
+    # ------------------------------------------------------------------ running
+
+    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env: dict[str, Any] = dict(self.constants)
+        expected = self.program.input_names
+        unknown = sorted(set(inputs) - set(expected))
+        missing = [n for n in expected if n not in inputs]
+        if unknown or missing:
+            raise ValueError(f"inputs must be exactly {', '.join(expected)}"
+                             + (f"; missing {', '.join(missing)}" if missing else "")
+                             + (f"; unknown {', '.join(unknown)}" if unknown else ""))
+        for name, info in self.program.inputs:
+            array = np.asarray(inputs[name])
+            if info.shape is not None and None not in info.shape and tuple(array.shape) != info.shape:
+                raise ValueError(f"input {name!r} has shape {list(array.shape)}, the program declares {list(info.shape)}")
+            np_dtype = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}.get(info.dtype or "")
+            if np_dtype is not None:
+                array = array.astype(np_dtype)
+            env[name] = store(from_numpy(array), info.dtype, self.precision)
+        with torch.no_grad():
+            self._run_block(self.steps, env)
+        main = self.program.main
+        names = self.program.output_names if len(self.program.output_names) == len(main.outputs) else main.outputs
+        return {
+            name: to_numpy(env[var], self.types[var].dtype if var in self.types else None)
+            for name, var in zip(names, main.outputs)
+        }
+
+    def _run_block(self, steps: list[_Step], env: dict[str, Any]) -> None:
+        for step in steps:
+            values = self._execute(step, env)
+            for (name, _dtype), value in zip(step.outputs, values):
+                env[name] = value
+
+    def _execute(self, step: _Step, env: dict[str, Any]) -> list[Any]:
+        kwargs: dict[str, Any] = {}
+        for key, refs, as_list in step.args:
+            values = [env[n] if n is not None else v for n, v in refs]
+            kwargs[key] = values if as_list else values[0]
+        op = step.op
+        try:
+            if op.type == "cond":
+                result = self._cond(step, env, kwargs)
+            elif op.type == "while_loop":
+                result = self._while_loop(step, env, kwargs)
+            else:
+                result = step.kernel.fn(**kwargs)  # type: ignore[union-attr]
+        except (UnsupportedOps, EmulationError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - name the op that failed
+            raise EmulationError(f"op {op.raw_type} ({op.name or step.outputs[0][0]}) failed: "
+                                 f"{type(exc).__name__}: {exc}") from exc
+        results = list(result) if isinstance(result, tuple) else [result]
+        if len(results) != len(step.outputs):
+            raise EmulationError(f"op {op.raw_type} ({op.name}) returned {len(results)} values, "
+                                 f"declares {len(step.outputs)}")
+        return [store(v, dtype, self.precision) for v, (_name, dtype) in zip(results, step.outputs)]
+
+    def _block_outputs(self, index: int, step: _Step, env: dict[str, Any]) -> tuple:
+        self._run_block(step.blocks[index], env)
+        return tuple(env[n] for n in step.op.blocks[index].outputs)
+
+    def _cond(self, step: _Step, env: dict[str, Any], kwargs: dict[str, Any]) -> tuple:
+        pred = kwargs["pred"]
+        taken = bool(pred.reshape(-1)[0].item()) if isinstance(pred, torch.Tensor) else bool(pred)
+        return self._block_outputs(0 if taken else 1, step, env)
+
+    def _while_loop(self, step: _Step, env: dict[str, Any], kwargs: dict[str, Any]) -> tuple:
+        values = kwargs["loop_vars"]
+        values = list(values)
+        cond_block, body_block = step.op.blocks
+        for _ in range(_MAX_LOOP_ITERATIONS):
+            for (name, _info), value in zip(cond_block.inputs, values):
+                env[name] = value
+            (keep_going,) = self._block_outputs(0, step, env)
+            if not bool(keep_going.reshape(-1)[0].item()):
+                return tuple(values)
+            for (name, _info), value in zip(body_block.inputs, values):
+                env[name] = value
+            values = list(self._block_outputs(1, step, env))
+        raise EmulationError(f"while_loop ({step.op.name}) ran {_MAX_LOOP_ITERATIONS} iterations without ending")
+
+
+def _to_torch(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return from_numpy(value)
+    if isinstance(value, np.generic):
+        return from_numpy(np.asarray(value))
+    if isinstance(value, list) and value and isinstance(value[0], np.ndarray):
+        return [from_numpy(v) for v in value]
+    return value

@@ -1,0 +1,345 @@
+"""Tensor kernels: shape changes, slicing, joining, gathering, scattering, sorting, filling."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from mlbench.backends.coreml.emulate.registry import KernelError, as_bool, as_float, as_int, as_ints, as_str, kernel
+
+
+def _index(indices, size: int) -> torch.Tensor:
+    """int64 indices with negative values wrapped (MIL allows indices in [-size, size))."""
+    indices = indices.to(torch.int64)
+    return torch.where(indices < 0, indices + size, indices)
+
+
+@kernel("identity")
+def identity(x, **_):
+    return x
+
+
+@kernel("reshape")
+def reshape(x, shape, **_):
+    shape = as_ints(shape)
+    shape = [x.shape[i] if s == 0 and i < x.dim() else s for i, s in enumerate(shape)]
+    return x.reshape(shape)
+
+
+@kernel("reshape_like", variadic=("ref_tensors",))
+def reshape_like(x, ref_tensors, begins, ends, end_masks, **_):
+    shape: list[int] = []
+    for ref, b, e, m in zip(ref_tensors, as_ints(begins), as_ints(ends), [as_bool(v) for v in end_masks.reshape(-1)]):
+        shape += list(ref.shape[b:] if m else ref.shape[b:e])
+    return x.reshape(shape)
+
+
+@kernel("transpose")
+def transpose(x, perm, **_):
+    return x.permute(as_ints(perm))
+
+
+@kernel("squeeze")
+def squeeze(x, axes=None, **_):
+    if axes is None:
+        return x.squeeze()
+    dims = sorted((a % x.dim() for a in as_ints(axes)), reverse=True)
+    for d in dims:
+        x = x.squeeze(d)
+    return x
+
+
+@kernel("expand_dims")
+def expand_dims(x, axes, **_):
+    rank = x.dim() + len(as_ints(axes))
+    for a in sorted(a % rank for a in as_ints(axes)):
+        x = x.unsqueeze(a)
+    return x
+
+
+@kernel("flatten2d")
+def flatten2d(x, axis=1, **_):
+    axis = as_int(axis) % max(x.dim(), 1)
+    return x.reshape(math.prod(x.shape[:axis]), -1)
+
+
+@kernel("concat", variadic=("values",))
+def concat(values, axis, interleave=False, **_):
+    axis = as_int(axis)
+    if as_bool(interleave):
+        stacked = torch.stack(values, dim=(axis % values[0].dim()) + 1)
+        shape = list(values[0].shape)
+        shape[axis] = -1
+        return stacked.reshape(shape)
+    return torch.cat(values, dim=axis)
+
+
+@kernel("stack", variadic=("values",))
+def stack(values, axis=0, **_):
+    return torch.stack(values, dim=as_int(axis))
+
+
+@kernel("split")
+def split(x, num_splits=None, split_sizes=None, axis=0, **_):
+    axis = as_int(axis)
+    if split_sizes is not None:
+        return tuple(torch.split(x, as_ints(split_sizes), dim=axis))
+    return tuple(torch.chunk(x, as_int(num_splits), dim=axis))
+
+
+def _slice_axes(x, begin, end, stride, begin_mask, end_mask, squeeze_mask):
+    rank = x.dim()
+    begin, end = as_ints(begin), as_ints(end)
+    stride = as_ints(stride) if stride is not None else [1] * rank
+    masks = [[as_bool(v) for v in m.reshape(-1)] if m is not None else [False] * rank
+             for m in (begin_mask, end_mask, squeeze_mask)]
+    return [
+        (slice(None if masks[0][i] else begin[i], None if masks[1][i] else end[i], stride[i]), masks[2][i])
+        for i in range(rank)
+    ]
+
+
+def _take(x, axis: int, sl: slice):
+    start, stop, step = sl.indices(x.shape[axis])
+    if step > 0:
+        return x[(slice(None),) * axis + (slice(start, max(start, stop), step),)]
+    return x.index_select(axis, torch.arange(start, stop, step, dtype=torch.int64))
+
+
+@kernel("slice_by_index")
+def slice_by_index(x, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
+    axes = _slice_axes(x, begin, end, stride, begin_mask, end_mask, squeeze_mask)
+    for axis, (sl, _squeeze) in enumerate(axes):
+        if sl != slice(None, None, 1):
+            x = _take(x, axis, sl)
+    for axis in reversed(range(len(axes))):
+        if axes[axis][1]:
+            x = x.squeeze(axis)
+    return x
+
+
+@kernel("slice_update")
+def slice_update(x, update, begin, end, stride=None, begin_mask=None, end_mask=None, squeeze_mask=None, **_):
+    index = torch.arange(x.numel()).reshape(x.shape)
+    target = slice_by_index(index, begin, end, stride, begin_mask, end_mask, squeeze_mask)
+    out = x.clone().reshape(-1)
+    out[target.reshape(-1)] = update.reshape(-1).to(out.dtype)
+    return out.reshape(x.shape)
+
+
+@kernel("slice_by_size")
+def slice_by_size(x, begin, size, **_):
+    for axis, (b, s) in enumerate(zip(as_ints(begin), as_ints(size))):
+        b = b % x.shape[axis] if x.shape[axis] else 0
+        x = x.narrow(axis, b, x.shape[axis] - b if s == -1 else s)
+    return x
+
+
+@kernel("crop")
+def crop(x, crop_height, crop_width, **_):
+    (top, bottom), (left, right) = as_ints(crop_height), as_ints(crop_width)
+    h, w = x.shape[-2], x.shape[-1]
+    return x[..., top:h - bottom, left:w - right]
+
+
+@kernel("tile")
+def tile(x, reps, **_):
+    return x.repeat(as_ints(reps))
+
+
+@kernel("pad")
+def pad(x, pad, mode="constant", constant_val=0.0, **_):
+    values = as_ints(pad)
+    pairs = [(values[2 * i], values[2 * i + 1]) for i in range(len(values) // 2)]
+    flat: list[int] = []
+    for b, e in reversed(pairs):
+        flat += [b, e]
+    mode = as_str(mode)
+    if mode == "constant":
+        return F.pad(x, flat, value=as_float(constant_val))
+    if mode not in ("reflect", "replicate"):
+        raise KernelError(f"pad mode {mode!r} is not implemented")
+    # torch pads the last 1-3 dims of a batched tensor: drop leading pairs of zeros.
+    while len(flat) > 2 and flat[-2:] == [0, 0]:
+        flat = flat[:-2]
+    n = len(flat) // 2
+    lead = x.shape[: x.dim() - n]
+    padded = F.pad(x.reshape((1, -1) + tuple(x.shape[x.dim() - n:])), flat, mode=mode)
+    return padded.reshape(tuple(lead) + tuple(padded.shape[2:]))
+
+
+@kernel("gather")
+def gather(x, indices, axis=0, batch_dims=0, **_):
+    axis = as_int(axis) % x.dim()
+    batch_dims = as_int(batch_dims) if batch_dims is not None else 0
+    if batch_dims == 0:
+        idx = _index(indices, x.shape[axis])
+        out = x.index_select(axis, idx.reshape(-1))
+        return out.reshape(tuple(x.shape[:axis]) + tuple(idx.shape) + tuple(x.shape[axis + 1:]))
+    return torch.stack([gather(x[i], indices[i], axis - 1, batch_dims - 1) for i in range(x.shape[0])])
+
+
+@kernel("gather_along_axis")
+def gather_along_axis(x, indices, axis=0, **_):
+    axis = as_int(axis) % x.dim()
+    return torch.gather(x, axis, _index(indices, x.shape[axis]))
+
+
+@kernel("gather_nd")
+def gather_nd(x, indices, batch_dims=0, **_):
+    if batch_dims is not None and as_int(batch_dims) > 0:
+        return torch.stack([gather_nd(x[i], indices[i], as_int(batch_dims) - 1) for i in range(x.shape[0])])
+    k = indices.shape[-1]
+    idx = [_index(indices[..., i], x.shape[i]) for i in range(k)]
+    return x[tuple(idx)]
+
+
+_SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
+
+
+@kernel("scatter_along_axis")
+def scatter_along_axis(data, indices, updates, axis=0, mode="update", **_):
+    axis = as_int(axis) % data.dim()
+    idx = _index(indices, data.shape[axis])
+    mode = as_str(mode)
+    if mode == "update":
+        return data.scatter(axis, idx, updates)
+    if mode == "sub":
+        return data.scatter_reduce(axis, idx, -updates, "sum")
+    if mode == "div":
+        return data.scatter_reduce(axis, idx, 1 / updates, "prod")
+    return data.scatter_reduce(axis, idx, updates, _SCATTER_REDUCE[mode])
+
+
+@kernel("scatter")
+def scatter(data, indices, updates, axis=0, mode="update", **_):
+    axis = as_int(axis) % data.dim()
+    idx = _index(indices, data.shape[axis]).reshape([1] * axis + [-1] + [1] * (data.dim() - axis - 1))
+    return scatter_along_axis(data, idx.expand(updates.shape), updates, axis, mode)
+
+
+@kernel("scatter_nd")
+def scatter_nd(data, indices, updates, mode="update", **_):
+    k = indices.shape[-1]
+    idx = tuple(_index(indices[..., i], data.shape[i]) for i in range(k))
+    out = data.clone()
+    mode = as_str(mode)
+    if mode == "update":
+        out[idx] = updates
+    elif mode == "add":
+        out.index_put_(idx, updates, accumulate=True)
+    else:
+        raise KernelError(f"scatter_nd mode {mode!r} is not implemented")
+    return out
+
+
+@kernel("select")
+def select(cond, a, b, **_):
+    return torch.where(cond.to(torch.bool), a, b)
+
+
+@kernel("shape")
+def shape(x, **_):
+    return torch.tensor(list(x.shape), dtype=torch.int32)
+
+
+@kernel("fill")
+def fill(shape, value=0.0, **_):
+    value = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+    return torch.full(as_ints(shape), value.item(), dtype=value.dtype)
+
+
+@kernel("fill_like")
+def fill_like(ref_tensor, value=0.0, **_):
+    value = value if isinstance(value, torch.Tensor) else torch.tensor(value)
+    return torch.full(tuple(ref_tensor.shape), value.item(), dtype=value.dtype)
+
+
+@kernel("range_1d")
+def range_1d(end, start, step, **_):
+    dtype = end.dtype if isinstance(end, torch.Tensor) else torch.float32
+    return torch.arange(start.item(), end.item(), step.item(), dtype=dtype)
+
+
+@kernel("topk")
+def topk(x, k=1, axis=-1, ascending=False, sort=True, return_indices=True, **_):
+    values, indices = torch.topk(x, as_int(k), dim=as_int(axis), largest=not as_bool(ascending), sorted=True)
+    return values, indices.to(torch.int32)
+
+
+@kernel("argsort")
+def argsort(x, axis=-1, ascending=False, **_):
+    return torch.argsort(x, dim=as_int(axis), descending=not as_bool(ascending), stable=True).to(torch.int32)
+
+
+@kernel("cumsum")
+def cumsum(x, axis=0, exclusive=False, reverse=False, **_):
+    axis = as_int(axis)
+    if as_bool(reverse):
+        x = x.flip(axis)
+    out = torch.cumsum(x, dim=axis).to(x.dtype)
+    if as_bool(exclusive):
+        out = out - x
+    return out.flip(axis) if as_bool(reverse) else out
+
+
+@kernel("band_part")
+def band_part(x, lower=-1, upper=-1, **_):
+    lower, upper = as_int(lower), as_int(upper)
+    rows = torch.arange(x.shape[-2]).reshape(-1, 1)
+    cols = torch.arange(x.shape[-1]).reshape(1, -1)
+    keep = torch.ones(x.shape[-2:], dtype=torch.bool)
+    if lower >= 0:
+        keep &= (rows - cols) <= lower
+    if upper >= 0:
+        keep &= (cols - rows) <= upper
+    return torch.where(keep, x, torch.zeros_like(x))
+
+
+@kernel("one_hot")
+def one_hot(indices, one_hot_vector_size, axis=-1, on_value=1, off_value=0, **_):
+    size = as_int(one_hot_vector_size)
+    hot = F.one_hot(_index(indices, size), size).to(torch.bool)
+    on = on_value if isinstance(on_value, torch.Tensor) else torch.tensor(on_value)
+    off = off_value if isinstance(off_value, torch.Tensor) else torch.tensor(off_value)
+    out = torch.where(hot, on, off)
+    return out.movedim(-1, as_int(axis) % out.dim())
+
+
+@kernel("non_zero")
+def non_zero(x, **_):
+    return torch.nonzero(x).to(torch.int32)
+
+
+@kernel("reverse")
+def reverse(x, axes=None, **_):
+    return x.flip(as_ints(axes) if axes is not None else list(range(x.dim())))
+
+
+@kernel("pixel_shuffle")
+def pixel_shuffle(x, upscale_factor, **_):
+    return F.pixel_shuffle(x, as_int(upscale_factor))
+
+
+@kernel("pixel_unshuffle")
+def pixel_unshuffle(x, downscale_factor, **_):
+    return F.pixel_unshuffle(x, as_int(downscale_factor))
+
+
+@kernel("depth_to_space")
+def depth_to_space(x, block_size, **_):
+    """TensorFlow's DCR order: channel blocks outermost."""
+    bs = as_int(block_size)
+    n, c, h, w = x.shape
+    y = x.reshape(n, bs, bs, c // (bs * bs), h, w).permute(0, 3, 4, 1, 5, 2)
+    return y.reshape(n, c // (bs * bs), h * bs, w * bs)
+
+
+@kernel("space_to_depth")
+def space_to_depth(x, block_size, **_):
+    bs = as_int(block_size)
+    n, c, h, w = x.shape
+    y = x.reshape(n, c, h // bs, bs, w // bs, bs).permute(0, 3, 5, 1, 2, 4)
+    return y.reshape(n, c * bs * bs, h // bs, w // bs)
