@@ -1,0 +1,305 @@
+"""One check per op kernel, against numpy formulas (from the MIL op definitions) or hand-computed values.
+
+Kernels are called directly with the keyword arguments a program would give them. The last test
+asserts that every registered kernel is checked here.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mlbench.backends.coreml.emulate.registry import KERNELS, supported_op_types
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+Y = RNG.standard_normal((1, 3, 1, 5)).astype(np.float32)
+POS = np.abs(X) + 0.1
+UNIT = np.tanh(X) * 0.9
+CHECKED: set[str] = {"const", "cond", "while_loop"}  # const, control flow: test_emulate_program
+
+
+def T(a):
+    return torch.from_numpy(np.asarray(a))
+
+
+def run(op, **kwargs):
+    CHECKED.add(op)
+    kwargs = {k: T(v) if isinstance(v, np.ndarray) else [T(e) for e in v] if isinstance(v, list) else v
+              for k, v in kwargs.items()}
+    out = KERNELS[op].fn(**kwargs)
+    if isinstance(out, tuple):
+        return tuple(o.numpy() if isinstance(o, torch.Tensor) else o for o in out)
+    return out.numpy() if isinstance(out, torch.Tensor) else out
+
+
+def close(actual, expected, tol=1e-5):
+    np.testing.assert_allclose(np.asarray(actual, dtype=np.float64), np.asarray(expected, dtype=np.float64),
+                               rtol=tol, atol=tol)
+
+
+def sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+UNARY = {
+    "abs": (X, np.abs), "acos": (UNIT, np.arccos), "asin": (UNIT, np.arcsin), "atan": (X, np.arctan),
+    "atanh": (UNIT, np.arctanh), "ceil": (X * 3, np.ceil), "cos": (X, np.cos), "cosh": (X, np.cosh),
+    "erf": (X, np.vectorize(math.erf)), "exp": (X, np.exp), "exp2": (X, np.exp2), "floor": (X * 3, np.floor),
+    "round": (np.array([0.5, 1.5, -2.5, 2.4], np.float32), lambda v: np.array([0.0, 2.0, -2.0, 2.0])),
+    "sign": (X, np.sign), "sin": (X, np.sin), "sinh": (X, np.sinh), "sqrt": (POS, np.sqrt),
+    "square": (X, np.square), "tan": (UNIT, np.tan), "tanh": (X, np.tanh), "relu": (X, lambda v: np.maximum(v, 0)),
+    "sigmoid": (X, sigmoid), "silu": (X, lambda v: v * sigmoid(v)), "softsign": (X, lambda v: v / (1 + np.abs(v))),
+    "relu6": (X * 5, lambda v: np.clip(v, 0, 6)), "softplus": (X, lambda v: np.log1p(np.exp(v))),
+    "logical_not": (X > 0, np.logical_not), "identity": (X, lambda v: v),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY))
+def test_unary(op):
+    x, ref = UNARY[op]
+    close(run(op, x=x), ref(x))
+
+
+BINARY = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "real_div": np.divide, "maximum": np.maximum,
+    "minimum": np.minimum, "floor_div": np.floor_divide, "mod": np.mod,
+    "pow": lambda a, b: np.power(np.abs(a), b), "equal": np.equal, "not_equal": np.not_equal,
+    "less": np.less, "less_equal": np.less_equal, "greater": np.greater, "greater_equal": np.greater_equal,
+}
+
+
+@pytest.mark.parametrize("op", sorted(BINARY))
+def test_binary_broadcasts(op):
+    x = np.abs(X) if op == "pow" else X
+    y = Y + (2.0 if op in ("floor_div", "mod", "real_div") else 0.0)
+    close(run(op, x=x, y=y), BINARY[op](x, y))
+
+
+@pytest.mark.parametrize("op", ["logical_and", "logical_or", "logical_xor"])
+def test_logical(op):
+    a, b = X > 0, Y > 0
+    close(run(op, x=a, y=b), getattr(np, op)(a, b))
+
+
+def test_integer_division_and_mod_follow_numpy():
+    a, b = np.array([7, -7, 7, -7], np.int32), np.array([2, 2, -2, -2], np.int32)
+    close(run("floor_div", x=a, y=b), np.floor_divide(a, b))
+    close(run("mod", x=a, y=b), np.mod(a, b))
+    close(run("real_div", x=a, y=b), a / b)
+
+
+def test_parametrised_unary_and_activations():
+    close(run("clip", x=X, alpha=np.float32(-0.5), beta=np.float32(0.5)), np.clip(X, -0.5, 0.5))
+    close(run("inverse", x=POS, epsilon=np.float32(1e-4)), 1 / (POS + 1e-4))
+    close(run("log", x=POS, epsilon=np.float32(1e-3)), np.log(POS + 1e-3))
+    close(run("rsqrt", x=POS, epsilon=np.float32(1e-3)), 1 / np.sqrt(POS + 1e-3))
+    close(run("threshold", x=X, alpha=np.float32(0.2)), np.maximum(X, 0.2))
+    close(run("leaky_relu", x=X, alpha=np.float32(0.1)), np.where(X > 0, X, 0.1 * X))
+    close(run("elu", x=X, alpha=np.float32(0.7)), np.where(X > 0, X, 0.7 * (np.exp(X) - 1)))
+    alpha = np.array([0.1, 0.2, 0.3], np.float32)
+    close(run("prelu", x=X, alpha=alpha), np.where(X > 0, X, X * alpha.reshape(1, 3, 1, 1)))
+    close(run("sigmoid_hard", x=X, alpha=np.float32(0.2), beta=np.float32(0.5)), np.clip(0.2 * X + 0.5, 0, 1))
+    beta = np.array([1.0, 2.0, 0.5], np.float32)
+    close(run("softplus_parametric", x=X, alpha=alpha, beta=beta),
+          alpha.reshape(1, 3, 1, 1) * np.log1p(np.exp(X * beta.reshape(1, 3, 1, 1))))
+    close(run("scaled_tanh", x=X, alpha=np.float32(2.0), beta=np.float32(0.5)), 2 * np.tanh(0.5 * X))
+    close(run("linear_activation", x=X, alpha=np.float32(2.0), beta=np.float32(-1.0)), 2 * X - 1)
+    close(run("thresholded_relu", x=X, alpha=np.float32(0.3)), np.where(X >= 0.3, X, 0))
+    close(run("clamped_relu", x=X * 5, alpha=np.float32(0.1), beta=np.float32(6.0)),
+          np.minimum(np.where(X * 5 >= 0, X * 5, 0.5 * X), 6))
+    e = np.exp(X - X.max(axis=1, keepdims=True))
+    close(run("softmax", x=X, axis=np.int32(1)), e / e.sum(axis=1, keepdims=True))
+
+
+@pytest.mark.parametrize("mode,ref", [
+    ("EXACT", lambda v: 0.5 * v * (1 + np.vectorize(math.erf)(v / math.sqrt(2)))),
+    ("TANH_APPROXIMATION", lambda v: 0.5 * v * (1 + np.tanh(math.sqrt(2 / math.pi) * (v + 0.044715 * v ** 3)))),
+    ("SIGMOID_APPROXIMATION", lambda v: v * sigmoid(1.702 * v)),
+])
+def test_gelu(mode, ref):
+    close(run("gelu", x=X, mode=mode), ref(X))
+
+
+def test_cast():
+    v = np.array([1.7, -1.7, 0.0, 70000.0], np.float32)
+    assert run("cast", x=v, dtype="int32").tolist() == [1, -1, 0, 70000]  # truncation toward zero
+    assert run("cast", x=v, dtype="bool").tolist() == [True, True, False, True]
+    assert run("cast", x=v, dtype="fp16").tolist()[-1] == 70000.0 or np.isinf(run("cast", x=v, dtype="fp16")[-1])
+
+
+# ------------------------------------------------------------------ convolution, pooling, resampling
+
+
+def np_conv2d(x, w, b, stride, pads, dilation=(1, 1), groups=1):
+    """Naive convolution; pads = ((top, bottom), (left, right))."""
+    x = np.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+    n, c, h, wd = x.shape
+    o, cg, kh, kw = w.shape
+    eh, ew = (kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1
+    oh, ow = (h - eh) // stride[0] + 1, (wd - ew) // stride[1] + 1
+    out = np.zeros((n, o, oh, ow), np.float64)
+    per = o // groups
+    for oc in range(o):
+        g = oc // per
+        for i in range(oh):
+            for j in range(ow):
+                patch = x[:, g * cg:(g + 1) * cg, i * stride[0]:i * stride[0] + eh:dilation[0],
+                          j * stride[1]:j * stride[1] + ew:dilation[1]]
+                out[:, oc, i, j] = (patch * w[oc]).sum(axis=(1, 2, 3))
+    return out + (b.reshape(1, -1, 1, 1) if b is not None else 0)
+
+
+IMG = RNG.standard_normal((1, 4, 7, 6)).astype(np.float32)
+W = RNG.standard_normal((6, 2, 3, 3)).astype(np.float32)
+B = RNG.standard_normal(6).astype(np.float32)
+
+
+@pytest.mark.parametrize("pad_type,pad,expected_pads", [
+    ("valid", None, ((0, 0), (0, 0))),
+    ("custom", np.array([1, 0, 2, 1], np.int32), ((1, 0), (2, 1))),
+    ("same", None, ((1, 1), (0, 1))),  # stride 2: height 7 -> total 2; width 6 -> total 1 (extra at the end)
+    ("same_lower", None, ((1, 1), (1, 0))),
+])
+def test_conv_padding(pad_type, pad, expected_pads):
+    out = run("conv", x=IMG, weight=W, bias=B, strides=np.array([2, 2], np.int32), pad_type=pad_type, pad=pad,
+              dilations=np.array([1, 1], np.int32), groups=np.int32(2))
+    close(out, np_conv2d(IMG, W, B, (2, 2), expected_pads, groups=2), 1e-4)
+
+
+def test_conv_dilated_and_1d():
+    out = run("conv", x=IMG, weight=W[:, :, :, :], bias=None, strides=np.array([1, 1], np.int32),
+              pad_type="custom", pad=np.array([2, 2, 2, 2], np.int32), dilations=np.array([2, 2], np.int32),
+              groups=np.int32(2))
+    close(out, np_conv2d(IMG, W, None, (1, 1), ((2, 2), (2, 2)), (2, 2), 2), 1e-4)
+    x1, w1 = IMG[:, :, 0, :], W[:2, :, 0, :].repeat(2, axis=1)
+    out1 = run("conv", x=x1, weight=w1, strides=np.array([1], np.int32), pad_type="valid")
+    close(out1, np_conv2d(x1[:, :, None], w1[:, :, None], None, (1, 1), ((0, 0), (0, 0)))[:, :, 0], 1e-4)
+
+
+def test_conv_transpose_is_the_adjoint_of_conv():
+    """<conv(x), y> == <x, conv_transpose(y)> for the same weight, stride and padding."""
+    w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)  # conv: 3 -> 4 channels
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    kwargs = dict(strides=np.array([2, 2], np.int32), pad_type="custom", pad=np.array([1, 1, 1, 1], np.int32))
+    y = run("conv", x=x, weight=w, **kwargs)
+    z = RNG.standard_normal(y.shape).astype(np.float32)
+    xt = run("conv_transpose", x=z, weight=w, output_shape=np.array([1, 3, 8, 8], np.int32), **kwargs)
+    assert xt.shape == x.shape
+    close((y * z).sum(), (x * xt).sum(), 1e-3)
+
+
+def test_avg_pool_with_padding_and_ceil_mode():
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
+    common = dict(kernel_sizes=np.array([2, 2], np.int32), strides=np.array([2, 2], np.int32), pad_type="valid")
+    assert run("avg_pool", x=x, **common).tolist() == [[[[3.0, 5.0], [13.0, 15.0]]]]
+    ceil = run("avg_pool", x=x, ceil_mode=True, exclude_padding_from_average=True, **common)
+    close(ceil[0, 0, :, 2], [(4 + 9) / 2, (14 + 19) / 2, 24])  # partial windows average what they cover
+    padded = dict(kernel_sizes=np.array([3, 3], np.int32), strides=np.array([1, 1], np.int32),
+                  pad_type="custom", pad=np.array([1, 1, 1, 1], np.int32))
+    assert run("avg_pool", x=x, exclude_padding_from_average=True, **padded)[0, 0, 0, 0] == (0 + 1 + 5 + 6) / 4
+    assert run("avg_pool", x=x, exclude_padding_from_average=False, **padded)[0, 0, 0, 0] == (0 + 1 + 5 + 6) / 9
+
+
+def test_max_and_l2_pool():
+    x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5) - 30  # negative: padding must not win
+    out = run("max_pool", x=x, kernel_sizes=np.array([3, 3], np.int32), strides=np.array([2, 2], np.int32),
+              pad_type="same")
+    # "same": one row/column of padding each side; windows end at rows/columns 1, 3, 4.
+    assert out[0, 0].tolist() == [[-24.0, -22.0, -21.0], [-14.0, -12.0, -11.0], [-9.0, -7.0, -6.0]]
+    l2 = run("l2_pool", x=X[:, :, :4, :4], kernel_sizes=np.array([2, 2], np.int32),
+             strides=np.array([2, 2], np.int32), pad_type="valid")
+    close(l2[0, 0, 0, 0], np.sqrt((X[0, 0, :2, :2] ** 2).sum()))
+
+
+def test_upsampling_and_resizing():
+    x = np.arange(6, dtype=np.float32).reshape(1, 1, 2, 3)
+    nearest = run("upsample_nearest_neighbor", x=x, scale_factor_height=np.float32(2), scale_factor_width=np.float32(2))
+    close(nearest, x.repeat(2, axis=2).repeat(2, axis=3))
+    v = np.array([[[[0.0, 1.0]]]], np.float32)  # the MIL docs' 1-D example, Xin = 2
+    align = run("upsample_bilinear", x=v, scale_factor_height=np.float32(1), scale_factor_width=np.float32(2.5),
+                align_corners=True)
+    close(align[0, 0, 0], [0.0, 0.25, 0.5, 0.75, 1.0])
+    half = run("upsample_bilinear", x=v, scale_factor_height=np.float32(1), scale_factor_width=np.float32(2.5),
+               align_corners=False)
+    close(half[0, 0, 0], [0.0, 0.1, 0.5, 0.9, 1.0])
+    six = run("resize_bilinear", x=v, target_size_height=np.int32(1), target_size_width=np.int32(6),
+              sampling_mode="UNALIGN_CORNERS")
+    close(six[0, 0, 0], [0.0, 0.0, 1 / 3, 2 / 3, 1.0, 1.0])
+    strict = run("resize_bilinear", x=v, target_size_height=np.int32(1), target_size_width=np.int32(6),
+                 sampling_mode="STRICT_ALIGN_CORNERS")
+    close(strict[0, 0, 0], [0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
+    nn_resize = run("resize_nearest_neighbor", x=x, target_size_height=np.int32(4), target_size_width=np.int32(3))
+    close(nn_resize, x.repeat(2, axis=2))
+
+
+# ------------------------------------------------------------------ linear algebra, normalisation, attention
+
+
+def test_linear_matmul_einsum():
+    w, b = RNG.standard_normal((7, 5)).astype(np.float32), RNG.standard_normal(7).astype(np.float32)
+    close(run("linear", x=X, weight=w, bias=b), X @ w.T + b)
+    close(run("matmul", x=X, y=X, transpose_x=False, transpose_y=True), X @ np.swapaxes(X, -1, -2))
+    close(run("matmul", x=X, y=X, transpose_x=True, transpose_y=False), np.swapaxes(X, -1, -2) @ X)
+    close(run("einsum", values=[X, X], equation="abcd,abed->abce"), np.einsum("abcd,abed->abce", X, X))
+
+
+def test_normalisations():
+    mean, var = np.array([0.1, -0.2, 0.3], np.float32), np.array([0.5, 1.0, 2.0], np.float32)
+    gamma, beta = np.array([1.5, 0.5, -1.0], np.float32), np.array([0.0, 0.1, 0.2], np.float32)
+    c = lambda v: v.reshape(1, 3, 1, 1)  # noqa: E731
+    close(run("batch_norm", x=X, mean=mean, variance=var, gamma=gamma, beta=beta, epsilon=np.float32(1e-5)),
+          (X - c(mean)) / np.sqrt(c(var) + 1e-5) * c(gamma) + c(beta))
+    m, v = X.mean(axis=(2, 3), keepdims=True), X.var(axis=(2, 3), keepdims=True)
+    close(run("instance_norm", x=X, gamma=gamma, beta=beta, epsilon=np.float32(1e-5)),
+          (X - m) / np.sqrt(v + 1e-5) * c(gamma) + c(beta))
+    g5 = RNG.standard_normal(5).astype(np.float32)
+    m, v = X.mean(axis=-1, keepdims=True), X.var(axis=-1, keepdims=True)
+    close(run("layer_norm", x=X, axes=np.array([-1], np.int32), gamma=g5, beta=None, epsilon=np.float32(1e-5)),
+          (X - m) / np.sqrt(v + 1e-5) * g5)
+    m, v = X.mean(axis=1, keepdims=True), X.var(axis=1, keepdims=True)  # a non-trailing axis
+    close(run("layer_norm", x=X, axes=np.array([1], np.int32), gamma=gamma, beta=beta, epsilon=np.float32(1e-5)),
+          (X - m) / np.sqrt(v + 1e-5) * c(gamma) + c(beta))
+    close(run("l2_norm", x=X, epsilon=np.float32(1e-6)),
+          X / np.sqrt((X ** 2).sum(axis=(1, 2, 3), keepdims=True) + 1e-6))
+    sq = np.pad(X ** 2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    window = sq[:, 0:3] + sq[:, 1:4] + sq[:, 2:5]
+    close(run("local_response_norm", x=X, size=np.int32(3), alpha=np.float32(1e-2), beta=np.float32(0.75),
+              k=np.float32(1.0)), X / (1.0 + 1e-2 / 3 * window) ** 0.75)
+
+
+def test_scaled_dot_product_attention():
+    q, k, v = (RNG.standard_normal((1, 2, 4, 8)).astype(np.float32) for _ in range(3))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(8)
+    mask = np.tril(np.ones((4, 4), bool))
+    for attn_mask, bias in ((None, 0.0), (mask, np.where(mask, 0.0, -np.inf))):
+        s = scores + bias
+        p = np.exp(s - s.max(-1, keepdims=True))
+        close(run("scaled_dot_product_attention", query=q, key=k, value=v, attn_mask=attn_mask),
+              p / p.sum(-1, keepdims=True) @ v)
+
+
+REDUCTIONS = {
+    "reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max, "reduce_min": np.min,
+    "reduce_prod": np.prod, "reduce_l1_norm": lambda v, **k: np.sum(np.abs(v), **k),
+    "reduce_l2_norm": lambda v, **k: np.sqrt(np.sum(v * v, **k)),
+    "reduce_sum_square": lambda v, **k: np.sum(v * v, **k),
+    "reduce_log_sum": lambda v, **k: np.log(np.sum(v, **k)),
+    "reduce_log_sum_exp": lambda v, **k: np.log(np.sum(np.exp(v), **k)),
+}
+
+
+@pytest.mark.parametrize("op", sorted(REDUCTIONS))
+def test_reductions(op):
+    x = POS if op == "reduce_log_sum" else X
+    close(run(op, x=x, axes=np.array([1, -1], np.int32), keep_dims=True),
+          REDUCTIONS[op](x, axis=(1, 3), keepdims=True), 1e-4)
+    close(run(op, x=x, axes=None, keep_dims=False), REDUCTIONS[op](x), 1e-4)
+
+
+def test_arg_reductions():
+    assert (run("reduce_argmax", x=X, axis=np.int32(2), keep_dims=False) == X.argmax(axis=2)).all()
+    assert (run("reduce_argmin", x=X, axis=np.int32(-1), keep_dims=True) == X.argmin(axis=-1)[..., None]).all()
