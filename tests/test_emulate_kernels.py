@@ -28,7 +28,8 @@ def T(a):
 
 def run(op, **kwargs):
     CHECKED.add(op)
-    kwargs = {k: T(v) if isinstance(v, np.ndarray) else [T(e) for e in v] if isinstance(v, list) else v
+    kwargs = {k: T(v) if isinstance(v, np.ndarray)
+              else [T(e) if isinstance(e, np.ndarray) else e for e in v] if isinstance(v, list) else v
               for k, v in kwargs.items()}
     out = KERNELS[op].fn(**kwargs)
     if isinstance(out, tuple):
@@ -303,3 +304,264 @@ def test_reductions(op):
 def test_arg_reductions():
     assert (run("reduce_argmax", x=X, axis=np.int32(2), keep_dims=False) == X.argmax(axis=2)).all()
     assert (run("reduce_argmin", x=X, axis=np.int32(-1), keep_dims=True) == X.argmin(axis=-1)[..., None]).all()
+
+
+# ------------------------------------------------------------------ tensor kernels
+
+I32 = np.int32
+
+
+def test_shape_changes():
+    assert run("reshape", x=X, shape=np.array([2, 0, -1], I32)).shape == (2, 3, 20)  # 0 copies a dim
+    close(run("transpose", x=X, perm=np.array([0, 3, 1, 2], I32)), X.transpose(0, 3, 1, 2))
+    close(run("squeeze", x=X[:, :1], axes=np.array([1], I32)), X[:, 0])
+    assert run("squeeze", x=np.zeros((1, 3, 1)), axes=None).shape == (3,)
+    assert run("expand_dims", x=X, axes=np.array([0, -1], I32)).shape == (1, 2, 3, 4, 5, 1)
+    close(run("flatten2d", x=X, axis=np.int32(2)), X.reshape(6, 20))
+    close(run("reshape_like", x=X.reshape(-1), ref_tensors=[X[:, :, 0], X[0, 0]], begins=np.array([0, 0], I32),
+              ends=np.array([2, 1], I32), end_masks=np.array([False, True])), X)
+    assert run("shape", x=X).tolist() == [2, 3, 4, 5]
+
+
+def test_joining_and_splitting():
+    close(run("concat", values=[X, X * 2], axis=np.int32(1), interleave=False), np.concatenate([X, X * 2], 1))
+    a, b = np.array([[1, 2]], np.float32), np.array([[3, 4]], np.float32)
+    assert run("concat", values=[a, b], axis=np.int32(1), interleave=True).tolist() == [[1, 3, 2, 4]]
+    close(run("stack", values=[X, X], axis=np.int32(-1)), np.stack([X, X], -1))
+    parts = run("split", x=X, split_sizes=np.array([1, 3], I32), axis=np.int32(2))
+    close(parts[0], X[:, :, :1]), close(parts[1], X[:, :, 1:])
+    assert [p.shape[1] for p in run("split", x=X, num_splits=np.int32(3), axis=np.int32(1))] == [1, 1, 1]
+    close(run("tile", x=Y, reps=np.array([1, 2, 3, 1], I32)), np.tile(Y, (1, 2, 3, 1)))
+
+
+def test_slicing():
+    close(run("slice_by_index", x=X, begin=np.array([0, 1, 0, 4], I32), end=np.array([2, 3, 4, 0], I32),
+              stride=np.array([1, 1, 2, -1], I32), begin_mask=np.array([False, False, False, False]),
+              end_mask=np.array([True, False, False, True]), squeeze_mask=np.array([False] * 4)),
+          X[:, 1:3, 0:4:2, 4::-1])
+    close(run("slice_by_index", x=X, begin=np.array([0, 2, 0, 0], I32), end=np.array([0, 3, 0, 0], I32),
+              stride=None, begin_mask=np.array([True, False, True, True]), end_mask=np.array([True, False, True, True]),
+              squeeze_mask=np.array([False, True, False, False])), X[:, 2])
+    close(run("slice_by_size", x=X, begin=np.array([1, 0, 2, 1], I32), size=np.array([1, -1, 2, 3], I32)),
+          X[1:2, :, 2:4, 1:4])
+    upd = np.ones((2, 1, 4, 5), np.float32)
+    expected = X.copy()
+    expected[:, 1:2] = upd
+    close(run("slice_update", x=X, update=upd, begin=np.array([0, 1, 0, 0], I32), end=np.array([2, 2, 4, 5], I32)),
+          expected)
+    close(run("crop", x=X, crop_height=np.array([1, 1], I32), crop_width=np.array([0, 2], I32)), X[..., 1:3, 0:3])
+
+
+def test_padding_modes():
+    pads = np.array([1, 2, 2, 1], I32)  # last two axes
+    np_pads = ((0, 0), (0, 0), (1, 2), (2, 1))
+    close(run("pad", x=X, pad=pads, mode="constant", constant_val=np.float32(0.5)),
+          np.pad(X, np_pads, constant_values=0.5))
+    close(run("pad", x=X, pad=pads, mode="reflect"), np.pad(X, np_pads, mode="reflect"))
+    close(run("pad", x=X, pad=pads, mode="replicate"), np.pad(X, np_pads, mode="edge"))
+
+
+def test_gathers_and_scatters():
+    idx = np.array([[2, -1], [0, 1]], I32)  # negative indices wrap
+    close(run("gather", x=X, indices=idx, axis=np.int32(2)), np.take(X, idx % 4, axis=2))
+    close(run("gather", x=X[:, :, 0], indices=np.array([[2], [0]], I32), axis=np.int32(1), batch_dims=np.int32(1)),
+          np.stack([X[0, [2], 0], X[1, [0], 0]]))
+    along = RNG.integers(0, 3, (2, 3, 4, 5)).astype(I32)
+    close(run("gather_along_axis", x=X, indices=along, axis=np.int32(1)), np.take_along_axis(X, along, 1))
+    nd = np.array([[1, 2], [0, 0]], I32)
+    close(run("gather_nd", x=X, indices=nd), X[[1, 0], [2, 0]])
+    data = np.zeros((4, 3), np.float32)
+    upd = np.arange(6, dtype=np.float32).reshape(2, 3)
+    expected = data.copy()
+    expected[[3, 1]] = upd
+    close(run("scatter", data=data, indices=np.array([3, 1], I32), updates=upd, axis=np.int32(0), mode="update"),
+          expected)
+    close(run("scatter", data=data + 1, indices=np.array([3, 1], I32), updates=upd, axis=np.int32(0), mode="add"),
+          expected + 1)
+    along_idx = np.array([[0, 1, 2], [3, 3, 0]], I32)
+    expected = np.zeros((4, 3), np.float32)
+    np.put_along_axis(expected, along_idx, upd, axis=0)
+    close(run("scatter_along_axis", data=data, indices=along_idx, updates=upd, axis=np.int32(0), mode="update"),
+          expected)
+    expected = np.zeros((4, 3), np.float32)
+    expected[1, 2], expected[0, 0] = 5.0, 7.0
+    close(run("scatter_nd", data=data, indices=np.array([[1, 2], [0, 0]], I32),
+              updates=np.array([5.0, 7.0], np.float32), mode="update"), expected)
+
+
+def test_selection_filling_ranges():
+    close(run("select", cond=X > 0, a=X, b=-X), np.abs(X))
+    assert run("fill", shape=np.array([2, 3], I32), value=np.float32(1.5)).tolist() == [[1.5] * 3] * 2
+    assert run("fill_like", ref_tensor=X, value=np.float32(2.0)).shape == X.shape
+    close(run("range_1d", end=np.int32(10), start=np.int32(2), step=np.int32(3)), [2, 5, 8])
+    close(run("range_1d", end=np.float32(1.0), start=np.float32(0.0), step=np.float32(0.25)), [0, 0.25, 0.5, 0.75])
+    assert run("one_hot", indices=np.array([0, 2], I32), one_hot_vector_size=np.int32(3), axis=np.int32(-1),
+               on_value=np.float32(1), off_value=np.float32(0)).tolist() == [[1, 0, 0], [0, 0, 1]]
+    assert run("non_zero", x=np.array([[0, 1], [2, 0]], np.float32)).tolist() == [[0, 1], [1, 0]]
+    close(run("reverse", x=X, axes=np.array([1, 3], I32)), X[:, ::-1, :, ::-1])
+
+
+def test_sorting_and_scans():
+    values, indices = run("topk", x=X, k=np.int32(2), axis=np.int32(-1), ascending=False)
+    close(values, -np.sort(-X, axis=-1)[..., :2])
+    assert (np.take_along_axis(X, indices.astype(np.int64), -1) == values).all()
+    low, _ = run("topk", x=X, k=np.int32(1), axis=np.int32(1), ascending=True)
+    close(low, X.min(axis=1, keepdims=True))
+    assert (run("argsort", x=X, axis=np.int32(-1), ascending=True) == np.argsort(X, -1, kind="stable")).all()
+    close(run("cumsum", x=X, axis=np.int32(1), exclusive=False, reverse=False), np.cumsum(X, 1))
+    close(run("cumsum", x=X, axis=np.int32(1), exclusive=True, reverse=True),
+          np.flip(np.cumsum(np.flip(X, 1), 1), 1) - X)
+    m = np.ones((4, 4), np.float32)
+    close(run("band_part", x=m, lower=np.int32(1), upper=np.int32(0)), np.tril(m) - np.tril(m, -2))
+
+
+def test_space_and_depth():
+    x = np.arange(32, dtype=np.float32).reshape(1, 8, 2, 2)
+    shuffled = run("pixel_shuffle", x=x, upscale_factor=np.int32(2))
+    assert shuffled[0, 0].tolist() == [[0, 4, 1, 5], [8, 12, 9, 13], [2, 6, 3, 7], [10, 14, 11, 15]]
+    close(run("pixel_unshuffle", x=shuffled, downscale_factor=np.int32(2)), x)
+    d2s = run("depth_to_space", x=x, block_size=np.int32(2))  # DCR: the block index is outermost
+    assert d2s[0, 0].tolist() == [[0, 8, 1, 9], [16, 24, 17, 25], [2, 10, 3, 11], [18, 26, 19, 27]]
+    close(run("space_to_depth", x=d2s, block_size=np.int32(2)), x)
+
+
+# ------------------------------------------------------------------ recurrent
+
+
+def _torch_to_mil_gates(w, order):
+    """Reorder torch's stacked gates into MIL's (``order`` lists torch chunk indices)."""
+    chunks = np.split(w, len(order))
+    return np.concatenate([chunks[i] for i in order])
+
+
+@pytest.mark.parametrize("bidirectional", [False, True])
+def test_lstm_matches_torch(bidirectional):
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(3, 4, bidirectional=bidirectional)
+    x = torch.randn(5, 2, 3)
+    d = 2 if bidirectional else 1
+    h0, c0 = torch.randn(d, 2, 4), torch.randn(d, 2, 4)
+    with torch.no_grad():
+        out, (h, c) = ref(x, (h0, c0))
+    p = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    ifgo_to_ifoz = [0, 1, 3, 2]
+
+    def weights(suffix):
+        return dict(weight_ih=_torch_to_mil_gates(p[f"weight_ih_l0{suffix}"], ifgo_to_ifoz),
+                    weight_hh=_torch_to_mil_gates(p[f"weight_hh_l0{suffix}"], ifgo_to_ifoz),
+                    bias=_torch_to_mil_gates(p[f"bias_ih_l0{suffix}"] + p[f"bias_hh_l0{suffix}"], ifgo_to_ifoz))
+
+    kwargs = weights("")
+    if bidirectional:
+        back = weights("_reverse")
+        kwargs.update(weight_ih_back=back["weight_ih"], weight_hh_back=back["weight_hh"], bias_back=back["bias"])
+    seq, h_last, c_last = run("lstm", x=x.numpy(), initial_h=h0.permute(1, 0, 2).reshape(2, -1).numpy(),
+                              initial_c=c0.permute(1, 0, 2).reshape(2, -1).numpy(), output_sequence=True,
+                              direction="bidirectional" if bidirectional else "forward", **kwargs)
+    close(seq, out.numpy())
+    close(h_last, h.permute(1, 0, 2).reshape(2, -1).numpy())
+    close(c_last, c.permute(1, 0, 2).reshape(2, -1).numpy())
+
+
+def test_gru_follows_the_mil_formula_and_reset_after_matches_torch():
+    torch.manual_seed(0)
+    ref = torch.nn.GRU(3, 4)
+    x, h0 = torch.randn(5, 2, 3), torch.randn(1, 2, 4)
+    with torch.no_grad():
+        out, h = ref(x, h0)
+    p = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    rzn_to_roz = [0, 2, 1]
+    w_ih, w_hh = (_torch_to_mil_gates(p[k], rzn_to_roz) for k in ("weight_ih_l0", "weight_hh_l0"))
+    b_ih, b_hh = (_torch_to_mil_gates(p[k], rzn_to_roz) for k in ("bias_ih_l0", "bias_hh_l0"))
+    seq, h_last = run("gru", x=x.numpy(), initial_h=h0[0].numpy(), weight_ih=w_ih, weight_hh=w_hh, bias=b_hh,
+                      input_bias=b_ih, reset_after=True, output_sequence=True)
+    close(seq, out.numpy()), close(h_last, h[0].numpy())
+    # iOS15 gru: o = tanh(W_io x + r * (W_ho h) + b_o), one bias; checked step by step in numpy.
+    bias = b_ih + b_hh
+    seq15, _ = run("gru", x=x.numpy(), initial_h=h0[0].numpy(), weight_ih=w_ih, weight_hh=w_hh, bias=bias,
+                   output_sequence=True)
+    hh = h0[0].numpy()
+    for t in range(5):
+        xr, xo, xz = np.split(x[t].numpy() @ w_ih.T, 3, axis=-1)
+        hr, ho, hz = np.split(hh @ w_hh.T, 3, axis=-1)
+        br, bo, bz = np.split(bias, 3)
+        r, z = sigmoid(xr + hr + br), sigmoid(xz + hz + bz)
+        hh = (1 - z) * np.tanh(xo + r * ho + bo) + z * hh
+        close(seq15[t], hh)
+
+
+def test_rnn_matches_torch():
+    torch.manual_seed(0)
+    ref = torch.nn.RNN(3, 4)
+    x, h0 = torch.randn(5, 2, 3), torch.randn(1, 2, 4)
+    with torch.no_grad():
+        out, h = ref(x, h0)
+    p = {k: v.detach().numpy() for k, v in ref.named_parameters()}
+    seq, h_last = run("rnn", x=x.numpy(), initial_h=h0[0].numpy(), weight_ih=p["weight_ih_l0"],
+                      weight_hh=p["weight_hh_l0"], bias=p["bias_ih_l0"] + p["bias_hh_l0"], output_sequence=True)
+    close(seq, out.numpy()), close(h_last, h[0].numpy())
+
+
+def test_list_kernels():
+    ls = run("make_list", init_length=np.int32(2), elem_shape=np.array([3], I32), dtype="fp32")
+    assert len(ls) == 2
+    ls2 = run("list_write", ls=ls, index=np.int32(3), value=np.ones(3, np.float32) * 4)
+    assert len(ls) == 2 and run("list_length", ls=ls2).item() == 4  # the input list is unchanged
+    close(run("list_read", ls=ls2, index=np.int32(3)), [4, 4, 4])
+    ls3 = run("list_scatter", ls=ls2, indices=np.array([0, 1], I32), value=np.arange(6, dtype=np.float32).reshape(2, 3))
+    close(run("list_gather", ls=ls3, indices=np.array([1, 3], I32)), [[3, 4, 5], [4, 4, 4]])
+
+
+# ------------------------------------------------------------------ compression (hand-computed)
+
+
+def test_lut_to_dense_ios16_packed_indices():
+    lut = np.array([0.0, 10.0, 20.0, 30.0], np.float32)  # 2 bits
+    packed = np.array([0b01101100, 0b00000011], np.uint8)  # 0, 3, 2, 1 | 3
+    out = run("constexpr_lut_to_dense", indices=packed, lut=lut, shape=np.array([5], np.uint32))
+    assert out.tolist() == [0, 30, 20, 10, 30]
+
+
+def test_lut_to_dense_ios18_blocks_and_vectors():
+    indices = np.array([[0, 1], [1, 0], [1, 1], [0, 0]], np.uint8)  # [4, 2]
+    lut = np.array([[10, 11], [20, 21]], np.float32).reshape(2, 1, 2, 1)  # two row blocks of 2 rows
+    out = run("constexpr_lut_to_dense", indices=indices, lut=lut, vector_axis=None)
+    assert out.tolist() == [[10, 11], [11, 10], [21, 21], [20, 20]]
+    vlut = np.array([[1, 2], [3, 4]], np.float32).reshape(1, 1, 2, 2)  # 2 palettes of 2-vectors
+    vec = run("constexpr_lut_to_dense", indices=np.array([[0, 1]], np.uint8), lut=vlut, vector_axis=np.int32(0))
+    assert vec.tolist() == [[1, 3], [2, 4]]  # vectors run along axis 0
+
+
+def test_dequantization():
+    q = np.array([[0, 10], [20, -30]], np.int8)
+    out = run("constexpr_affine_dequantize", quantized_data=q, zero_point=np.array([0, 10], np.int8),
+              scale=np.array([0.5, 2.0], np.float32), axis=np.int32(0))
+    assert out.tolist() == [[0.0, 5.0], [20.0, -80.0]]
+    blocks = run("constexpr_blockwise_shift_scale", data=np.array([[1, 2, 3, 4]], np.int8),
+                 scale=np.array([[1.0, 10.0]], np.float32), offset=np.array([[1, 0]], np.int8))
+    assert blocks.tolist() == [[0.0, 1.0, 30.0, 40.0]]
+    assert run("constexpr_cast", source_val=np.array([1.5], np.float16), output_dtype="fp32").tolist() == [1.5]
+
+
+def test_sparse_forms():
+    mask16 = np.array([0b00001010], np.uint8)  # elements 1 and 3 of 5
+    assert run("constexpr_sparse_to_dense", nonzero_data=np.array([7.0, 9.0], np.float32), mask=mask16,
+               shape=np.array([5], np.uint32)).tolist() == [0, 7, 0, 9, 0]
+    mask = np.array([[0, 1], [1, 0]], np.uint8)
+    assert run("constexpr_sparse_to_dense", nonzero_data=np.array([7.0, 9.0], np.float32),
+               mask=mask).tolist() == [[0, 7], [9, 0]]
+    out_mask, data = run("constexpr_lut_to_sparse", indices_mask=mask, indices_nonzero_data=np.array([1, 0], np.uint8),
+                         lut=np.array([5.0, 6.0], np.float32).reshape(1, 1, 2, 1), vector_axis=None)
+    assert out_mask.tolist() == mask.tolist() and data.tolist() == [6.0, 5.0]
+    out_mask, data = run("constexpr_sparse_blockwise_shift_scale", data_mask=mask,
+                         nonzero_data=np.array([3, 4], np.int8), scale=np.array([[2.0], [0.5]], np.float32),
+                         offset=None)
+    assert data.tolist() == [6.0, 2.0]
+
+
+def test_every_registered_kernel_is_checked_here():
+    """Every op type the interpreter claims is named (quoted) in a check of this file."""
+    from pathlib import Path
+
+    source = Path(__file__).read_text(encoding="utf-8")
+    assert {op for op in supported_op_types() - CHECKED if f'"{op}"' not in source} == set()
