@@ -15,7 +15,7 @@ from torch import nn
 
 from mlbench.backends.coreml.export import export_coreml  # the one import path of the exporter
 
-__all__ = ["export", "export_coreml", "max_rel", "eager", "MODELS"]
+__all__ = ["MODELS", "eager", "export", "export_coreml", "max_rel"]
 
 
 def max_rel(reference, actual) -> float:

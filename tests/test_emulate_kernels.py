@@ -138,7 +138,7 @@ def test_cast():
 def np_conv2d(x, w, b, stride, pads, dilation=(1, 1), groups=1):
     """Naive convolution; pads = ((top, bottom), (left, right))."""
     x = np.pad(x, ((0, 0), (0, 0)) + tuple(pads))
-    n, c, h, wd = x.shape
+    n, _c, h, wd = x.shape
     o, cg, kh, kw = w.shape
     eh, ew = (kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1
     oh, ow = (h - eh) // stride[0] + 1, (wd - ew) // stride[1] + 1
@@ -185,7 +185,7 @@ def test_conv_transpose_is_the_adjoint_of_conv():
     """<conv(x), y> == <x, conv_transpose(y)> for the same weight, stride and padding."""
     w = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)  # conv: 3 -> 4 channels
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
-    kwargs = dict(strides=np.array([2, 2], np.int32), pad_type="custom", pad=np.array([1, 1, 1, 1], np.int32))
+    kwargs = {"strides": np.array([2, 2], np.int32), "pad_type": "custom", "pad": np.array([1, 1, 1, 1], np.int32)}
     y = run("conv", x=x, weight=w, **kwargs)
     z = RNG.standard_normal(y.shape).astype(np.float32)
     xt = run("conv_transpose", x=z, weight=w, output_shape=np.array([1, 3, 8, 8], np.int32), **kwargs)
@@ -195,12 +195,12 @@ def test_conv_transpose_is_the_adjoint_of_conv():
 
 def test_avg_pool_with_padding_and_ceil_mode():
     x = np.arange(25, dtype=np.float32).reshape(1, 1, 5, 5)
-    common = dict(kernel_sizes=np.array([2, 2], np.int32), strides=np.array([2, 2], np.int32), pad_type="valid")
+    common = {"kernel_sizes": np.array([2, 2], np.int32), "strides": np.array([2, 2], np.int32), "pad_type": "valid"}
     assert run("avg_pool", x=x, **common).tolist() == [[[[3.0, 5.0], [13.0, 15.0]]]]
     ceil = run("avg_pool", x=x, ceil_mode=True, exclude_padding_from_average=True, **common)
     close(ceil[0, 0, :, 2], [(4 + 9) / 2, (14 + 19) / 2, 24])  # partial windows average what they cover
-    padded = dict(kernel_sizes=np.array([3, 3], np.int32), strides=np.array([1, 1], np.int32),
-                  pad_type="custom", pad=np.array([1, 1, 1, 1], np.int32))
+    padded = {"kernel_sizes": np.array([3, 3], np.int32), "strides": np.array([1, 1], np.int32),
+                  "pad_type": "custom", "pad": np.array([1, 1, 1, 1], np.int32)}
     assert run("avg_pool", x=x, exclude_padding_from_average=True, **padded)[0, 0, 0, 0] == (0 + 1 + 5 + 6) / 4
     assert run("avg_pool", x=x, exclude_padding_from_average=False, **padded)[0, 0, 0, 0] == (0 + 1 + 5 + 6) / 9
 
@@ -251,7 +251,7 @@ def test_linear_matmul_einsum():
 def test_normalisations():
     mean, var = np.array([0.1, -0.2, 0.3], np.float32), np.array([0.5, 1.0, 2.0], np.float32)
     gamma, beta = np.array([1.5, 0.5, -1.0], np.float32), np.array([0.0, 0.1, 0.2], np.float32)
-    c = lambda v: v.reshape(1, 3, 1, 1)  # noqa: E731
+    c = lambda v: v.reshape(1, 3, 1, 1)
     close(run("batch_norm", x=X, mean=mean, variance=var, gamma=gamma, beta=beta, epsilon=np.float32(1e-5)),
           (X - c(mean)) / np.sqrt(c(var) + 1e-5) * c(gamma) + c(beta))
     m, v = X.mean(axis=(2, 3), keepdims=True), X.var(axis=(2, 3), keepdims=True)
@@ -447,9 +447,9 @@ def test_lstm_matches_torch(bidirectional):
     ifgo_to_ifoz = [0, 1, 3, 2]
 
     def weights(suffix):
-        return dict(weight_ih=_torch_to_mil_gates(p[f"weight_ih_l0{suffix}"], ifgo_to_ifoz),
-                    weight_hh=_torch_to_mil_gates(p[f"weight_hh_l0{suffix}"], ifgo_to_ifoz),
-                    bias=_torch_to_mil_gates(p[f"bias_ih_l0{suffix}"] + p[f"bias_hh_l0{suffix}"], ifgo_to_ifoz))
+        return {"weight_ih": _torch_to_mil_gates(p[f"weight_ih_l0{suffix}"], ifgo_to_ifoz),
+                    "weight_hh": _torch_to_mil_gates(p[f"weight_hh_l0{suffix}"], ifgo_to_ifoz),
+                    "bias": _torch_to_mil_gates(p[f"bias_ih_l0{suffix}"] + p[f"bias_hh_l0{suffix}"], ifgo_to_ifoz)}
 
     kwargs = weights("")
     if bidirectional:

@@ -13,10 +13,10 @@ from mlbench.backends.coreml.emulate import (
     emulate_package,
     load_program,
     normalise_op_type,
+    registry,
     supported_op_types,
     unsupported_ops,
 )
-from mlbench.backends.coreml.emulate import registry
 from mlbench.backends.coreml.emulate.blobs import unpack_bits
 from tests.emulate_helpers import MODELS, eager, export, max_rel
 
@@ -165,7 +165,7 @@ def test_cond_and_while_loop(tmp_path):
         return acc
 
     for x in (np.arange(6, dtype=np.float32).reshape(2, 3), -np.ones((2, 3), np.float32)):
-        out = list(emulate_package(package, {name: x}).values())[0]
+        out = next(iter(emulate_package(package, {name: x}).values()))
         np.testing.assert_allclose(out, expected(x), rtol=1e-6)
 
 

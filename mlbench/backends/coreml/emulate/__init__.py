@@ -27,12 +27,12 @@ from mlbench.backends.coreml.emulate.program import Program, load_program, norma
 from mlbench.backends.coreml.emulate.registry import _load_kernel_modules, supported_op_types
 
 __all__ = [
-    "CorruptPackage",
     "EMULATION_NOTE",
+    "PRECISIONS",
+    "CorruptPackage",
     "EmulationError",
     "EmulationResult",
     "Emulator",
-    "PRECISIONS",
     "Program",
     "UnsupportedOps",
     "emulate",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["BlobFile", "CorruptPackage", "SUB_BYTE_BITS", "unpack_bits"]
+__all__ = ["SUB_BYTE_BITS", "BlobFile", "CorruptPackage", "unpack_bits"]
 
 _SENTINEL = 0xDEADBEEF
 _METADATA = struct.Struct("<IIQQ")

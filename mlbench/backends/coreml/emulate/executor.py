@@ -50,7 +50,7 @@ class _Step:
     # input name -> list of (variable name or None, literal value)
     args: list[tuple[str, list[tuple[str | None, Any]], bool]]
     outputs: list[tuple[str, str | None]]  # (name, declared dtype)
-    blocks: list[list["_Step"]]  # prepared nested blocks
+    blocks: list[list[_Step]]  # prepared nested blocks
 
 
 class Emulator:
@@ -114,7 +114,8 @@ class Emulator:
             array = np.asarray(inputs[name])
             if info.shape is not None and None not in info.shape and tuple(array.shape) != info.shape:
                 raise ValueError(f"input {name!r} has shape {list(array.shape)}, the program declares {list(info.shape)}")
-            np_dtype = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}.get(info.dtype or "")
+            declared = "fp32" if info.dtype == "fp16" and self.precision == "float32" else info.dtype
+            np_dtype = {"fp16": np.float16, "fp32": np.float32, "int32": np.int32, "bool": np.bool_}.get(declared or "")
             if np_dtype is not None:
                 array = array.astype(np_dtype)
             env[name] = store(from_numpy(array), info.dtype, self.precision)
@@ -148,7 +149,7 @@ class Emulator:
                 result = step.kernel.fn(**kwargs)  # type: ignore[union-attr]
         except (UnsupportedOps, EmulationError):
             raise
-        except Exception as exc:  # noqa: BLE001 - name the op that failed
+        except Exception as exc:
             raise EmulationError(f"op {op.raw_type} ({op.name or step.outputs[0][0]}) failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
         results = list(result) if isinstance(result, tuple) else [result]

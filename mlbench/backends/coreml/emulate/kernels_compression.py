@@ -70,7 +70,7 @@ def _lut_dense_ios18(indices: torch.Tensor, lut: torch.Tensor, vector_axis) -> t
 def constexpr_lut_to_dense(indices, lut, shape=None, vector_axis=None, **_):
     if shape is not None:  # iOS16: packed bytes and a flat LUT
         dims = as_ints(shape)
-        nbits = int(round(math.log2(lut.numel())))
+        nbits = round(math.log2(lut.numel()))
         flat = unpack_bits(indices.numpy(), nbits, math.prod(dims))
         return lut.reshape(-1)[torch.from_numpy(flat).to(torch.int64)].reshape(dims)
     return _lut_dense_ios18(indices, lut, vector_axis)

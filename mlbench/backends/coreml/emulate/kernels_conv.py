@@ -184,7 +184,7 @@ def _nearest(x, out_h: int, out_w: int, scale_h: float | None = None, scale_w: f
 @kernel("upsample_nearest_neighbor")
 def upsample_nearest_neighbor(x, scale_factor_height=1, scale_factor_width=1, **_):
     sh, sw = as_float(scale_factor_height), as_float(scale_factor_width)
-    return _nearest(x, int(math.floor(x.shape[-2] * sh)), int(math.floor(x.shape[-1] * sw)), sh, sw)
+    return _nearest(x, math.floor(x.shape[-2] * sh), math.floor(x.shape[-1] * sw), sh, sw)
 
 
 @kernel("resize_nearest_neighbor")
@@ -198,8 +198,8 @@ def upsample_bilinear(x, scale_factor_height=1, scale_factor_width=1, align_corn
     align = as_bool(align_corners)
     half = (not align) if half_pixel_centers is None else as_bool(half_pixel_centers)
     mode = "align" if align else ("half_pixel" if half else "DEFAULT")
-    out_h = int(math.floor(x.shape[-2] * as_float(scale_factor_height)))
-    out_w = int(math.floor(x.shape[-1] * as_float(scale_factor_width)))
+    out_h = math.floor(x.shape[-2] * as_float(scale_factor_height))
+    out_w = math.floor(x.shape[-1] * as_float(scale_factor_width))
     return _bilinear(x, out_h, out_w, mode)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import torch
 
 from mlbench.backends.coreml.emulate.registry import KernelError, as_float, as_str, kernel

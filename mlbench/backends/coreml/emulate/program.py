@@ -67,7 +67,7 @@ class Op:
     inputs: dict[str, list[Arg]]
     outputs: list[tuple[str, TypeInfo]]
     attributes: dict[str, Any] = field(default_factory=dict)
-    blocks: list["Block"] = field(default_factory=list)
+    blocks: list[Block] = field(default_factory=list)
     name: str = ""
 
 

@@ -16,8 +16,9 @@ break an older kernel; a kernel that must refuse an input value raises ``KernelE
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -77,6 +78,7 @@ def _load_kernel_modules() -> None:
         kernels_compression,
         kernels_conv,
         kernels_elementwise,
+        kernels_indexing,
         kernels_list,
         kernels_nn,
         kernels_recurrent,
