@@ -16,7 +16,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 
@@ -45,7 +44,7 @@ __all__ = [
 
 _load_kernel_modules()  # registers every kernel
 
-PackageLike = Union[str, Path, Program, Emulator]
+PackageLike = str | Path | Program | Emulator
 
 
 @dataclass
