@@ -9,6 +9,10 @@ through mlbench's Core ML exporter, prints per model:
 
 max_rel = max|emulated - eager| / max(max|eager|, 1), over every output.
 
+Random weights: every Linear layer is reset (as examples/random_weights.py does) and BatchNorm
+statistics are set from one random batch (--no-calibrate keeps them), so outputs carry signal
+instead of collapsing to the classifier's bias.
+
 Usage:
   python benchmarks/emulate.py [--models resnet18,mobilenet_v2] [--precisions float32,float16]
                                [--work-dir DIR] [--repeats 3] [--export-only]
@@ -59,6 +63,7 @@ MODELS: dict[str, tuple[str, int]] = {
     "fcn_resnet50": ("models.segmentation.fcn_resnet50", 224),
 }
 DEFAULT_MODELS = list(MODELS)
+CALIBRATE_BATCH_NORM = True  # --no-calibrate turns it off (the exports then differ: use another --work-dir)
 
 
 def build(name: str):
@@ -82,11 +87,34 @@ def build(name: str):
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
             module.reset_parameters()
-    if "segmentation" in path:
-        model = _tuple_outputs(model)
     generator = torch.Generator().manual_seed(1)
     example = torch.randn(1, 3, size, size, generator=generator)
+    if CALIBRATE_BATCH_NORM:
+        _calibrate_batch_norm(model, torch.randn(4, 3, size, size, generator=generator))
+    if "segmentation" in path:
+        model = _tuple_outputs(model)
     return model, example
+
+
+def _calibrate_batch_norm(model, batch) -> None:
+    """Set every BatchNorm's running statistics from one random batch (cumulative average).
+
+    With weights=None, BatchNorm layers hold mean 0 / variance 1, so activations shrink through
+    deep networks until many classifiers output only their bias (a check that cannot fail).
+    Statistics from a random batch keep every layer at unit scale; the model stays seeded.
+    """
+    import torch
+
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    if not norms:
+        return
+    for m in norms:
+        m.reset_running_stats()
+        m.momentum = None
+    model.train()
+    with torch.no_grad():
+        model(batch)
+    model.eval()
 
 
 def _tuple_outputs(model):
@@ -205,7 +233,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None, help="keep (and reuse) exports here")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--export-only", action="store_true")
+    parser.add_argument("--no-calibrate", action="store_true",
+                        help="keep BatchNorm statistics as initialised (outputs of deep models shrink to ≈ bias)")
     args = parser.parse_args(argv)
+    global CALIBRATE_BATCH_NORM
+    CALIBRATE_BATCH_NORM = not args.no_calibrate
     names = [n.strip() for n in args.models.split(",") if n.strip()]
     unknown = [n for n in names if n not in MODELS]
     if unknown:
