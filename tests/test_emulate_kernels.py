@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from mlbench.backends.coreml.emulate.registry import KERNELS, supported_op_types
+from mlbench.backends.coreml.emulate.kernels import supported_op_types
+from mlbench.backends.coreml.emulate.registry import KERNELS
 
 RNG = np.random.default_rng(0)
 X = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
@@ -251,7 +252,7 @@ def test_linear_matmul_einsum():
 def test_normalisations():
     mean, var = np.array([0.1, -0.2, 0.3], np.float32), np.array([0.5, 1.0, 2.0], np.float32)
     gamma, beta = np.array([1.5, 0.5, -1.0], np.float32), np.array([0.0, 0.1, 0.2], np.float32)
-    c = lambda v: v.reshape(1, 3, 1, 1)
+    c = lambda v: v.reshape(1, 3, 1, 1)  # noqa: E731
     close(run("batch_norm", x=X, mean=mean, variance=var, gamma=gamma, beta=beta, epsilon=np.float32(1e-5)),
           (X - c(mean)) / np.sqrt(c(var) + 1e-5) * c(gamma) + c(beta))
     m, v = X.mean(axis=(2, 3), keepdims=True), X.var(axis=(2, 3), keepdims=True)

@@ -21,9 +21,9 @@ import numpy as np
 
 from mlbench.backends.coreml.emulate.blobs import CorruptPackage
 from mlbench.backends.coreml.emulate.executor import EmulationError, Emulator, UnsupportedOps, find_unsupported
+from mlbench.backends.coreml.emulate.kernels import supported_op_types
 from mlbench.backends.coreml.emulate.precision import EMULATION_NOTE, PRECISIONS
 from mlbench.backends.coreml.emulate.program import Program, load_program, normalise_op_type
-from mlbench.backends.coreml.emulate.registry import _load_kernel_modules, supported_op_types
 
 __all__ = [
     "EMULATION_NOTE",
@@ -41,8 +41,6 @@ __all__ = [
     "supported_op_types",
     "unsupported_ops",
 ]
-
-_load_kernel_modules()  # registers every kernel
 
 PackageLike = str | Path | Program | Emulator
 

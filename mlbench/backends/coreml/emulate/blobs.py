@@ -46,8 +46,8 @@ def unpack_bits(packed: np.ndarray, nbits: int, count: int, signed: bool = False
     needed = nbits * count
     if bits.size < needed:
         raise CorruptPackage(f"{bits.size} bits hold fewer than {count} values of {nbits} bits")
-    bits = bits[:needed].reshape(count, nbits).astype(np.int16)
-    values = (bits << np.arange(nbits, dtype=np.int16)).sum(axis=1)
+    grid = bits[:needed].reshape(count, nbits).astype(np.int16)
+    values = (grid << np.arange(nbits, dtype=np.int16)).sum(axis=1)
     if signed:
         values = np.where(values >= 1 << (nbits - 1), values - (1 << nbits), values)
         return values.astype(np.int8)

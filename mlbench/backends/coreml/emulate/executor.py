@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from mlbench.backends.coreml.emulate.kernels import supported_op_types
 from mlbench.backends.coreml.emulate.precision import PRECISIONS, from_numpy, store, to_numpy
 from mlbench.backends.coreml.emulate.program import Block, Op, Program, TypeInfo
-from mlbench.backends.coreml.emulate.registry import KERNELS, Kernel, supported_op_types
+from mlbench.backends.coreml.emulate.registry import KERNELS, Kernel
 
 __all__ = ["EmulationError", "Emulator", "UnsupportedOps", "find_unsupported"]
 
@@ -82,7 +83,7 @@ class Emulator:
                 self.constants[op.outputs[0][0]] = store(_to_torch(op.attributes["val"]), outputs[0][1], self.precision)
                 continue
             kernel = KERNELS.get(op.type)
-            params = {k: v for k, v in op.attributes.items()}
+            params = dict(op.attributes)
             args = []
             for key, bindings in op.inputs.items():
                 refs = [(b.name, None if b.name else _to_torch(b.value)) for b in bindings]

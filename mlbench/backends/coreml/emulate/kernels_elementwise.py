@@ -83,8 +83,8 @@ _UNARY = {
     "logical_not": torch.logical_not, "relu": torch.relu, "sigmoid": torch.sigmoid,
     "silu": torch.nn.functional.silu, "softsign": torch.nn.functional.softsign,
 }
-for _name, _fn in _UNARY.items():
-    kernel(_name)(lambda x, _f=_fn, **_: _f(x))
+for _name, _unary in _UNARY.items():
+    kernel(_name)(lambda x, _f=_unary, **_: _f(x))
 
 
 @kernel("clip")

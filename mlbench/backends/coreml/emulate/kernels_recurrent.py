@@ -9,6 +9,8 @@ because torch's GRU applies the reset gate after its hidden bias.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from mlbench.backends.coreml.emulate.registry import KernelError, as_bool, as_float, as_str, kernel
@@ -35,7 +37,7 @@ def _lstm_direction(x, h, c, w_ih, w_hh, bias, peephole, reverse, f_rec, f_cell,
     if bias is not None:
         x_proj = x_proj + bias
     steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
-    outputs = [None] * x.shape[0]
+    outputs: list[Any] = [None] * x.shape[0]
     p_i = p_f = p_o = None
     if peephole is not None:
         p_i, p_f, p_o = peephole[:hidden], peephole[hidden:2 * hidden], peephole[2 * hidden:]
@@ -90,7 +92,7 @@ def gru(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
     if input_bias is not None:
         x_proj = x_proj + input_bias
     b_r, b_o, b_z = (bias.split(hidden) if bias is not None else (0.0, 0.0, 0.0))
-    outputs = [None] * x.shape[0]
+    outputs: list[Any] = [None] * x.shape[0]
     steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
     after = as_bool(reset_after)
     for t in steps:
@@ -114,7 +116,7 @@ def rnn(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
     x_proj = torch.matmul(x, weight_ih.t())
     if bias is not None:
         x_proj = x_proj + bias
-    outputs = [None] * x.shape[0]
+    outputs: list[Any] = [None] * x.shape[0]
     for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
         h = f_act(x_proj[t] + torch.matmul(h, weight_hh.t()))
         outputs[t] = h

@@ -48,7 +48,7 @@ _NUMPY_OUT = {"fp16": np.float16, "fp32": np.float32, "fp64": np.float64, "bool"
 def store(value: Any, dtype: str | None, precision: str = "declared") -> Any:
     """``value`` as the executor keeps it for a variable declared ``dtype``."""
     if not isinstance(value, torch.Tensor):
-        if isinstance(value, np.ndarray) or np.isscalar(value) and not isinstance(value, str):
+        if isinstance(value, np.ndarray) or (np.isscalar(value) and not isinstance(value, str)):
             value = from_numpy(np.asarray(value))
         else:
             return value  # strings, lists (tuples), dicts

@@ -141,7 +141,7 @@ class _ValueReader:
         info = _type_info(value.type)
         which = value.WhichOneof("value")
         if which == "blobFileValue":
-            shape = tuple(int(d) for d in (info.shape or ()))
+            shape = tuple(int(d) for d in (info.shape or ()) if d is not None)
             if info.dtype not in NUMPY_DTYPES or any(d is None for d in (info.shape or ())):
                 raise CorruptPackage(f"cannot read a blob of type {info.dtype} {info.shape}")
             return self.blob(value.blobFileValue.fileName).read(

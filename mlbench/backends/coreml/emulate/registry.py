@@ -33,7 +33,6 @@ __all__ = [
     "as_ints",
     "as_str",
     "kernel",
-    "supported_op_types",
 ]
 
 
@@ -67,23 +66,6 @@ def kernel(*op_types: str, variadic: tuple[str, ...] = ()) -> Callable[[Callable
     return register
 
 
-def supported_op_types() -> frozenset[str]:
-    """Every op type the interpreter can run (kernels, ``const`` and control flow)."""
-    _load_kernel_modules()
-    return frozenset(KERNELS) | CONTROL_FLOW_OPS | {"const"}
-
-
-def _load_kernel_modules() -> None:
-    from mlbench.backends.coreml.emulate import (  # noqa: F401  (registration by import)
-        kernels_compression,
-        kernels_conv,
-        kernels_elementwise,
-        kernels_indexing,
-        kernels_list,
-        kernels_nn,
-        kernels_recurrent,
-        kernels_tensor,
-    )
 
 
 # ------------------------------------------------------------------ parameter helpers
