@@ -1,7 +1,8 @@
 """What a run produces: records of variants with labelled metrics. Pure data, no presentation.
 
 Every figure is a `Metric` that says where it came from: `measured` (a runtime on this machine
-said so) or `estimated` (mlbench's static rules or cost model). A figure that could not be had is
+said so), `emulated` (mlbench's interpreter ran the saved program) or `estimated` (mlbench's static
+rules or cost model). A figure that could not be had is
 kept with `value: null` and the reason, never as zero.
 """
 
@@ -11,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Source = Literal["measured", "estimated"]
+Source = Literal["measured", "emulated", "estimated"]
 Status = Literal["ok", "failed", "skipped"]
 
 
@@ -22,7 +23,7 @@ class Metric(BaseModel):
 
     value: float | None = Field(description="The figure, or null when it could not be had.")
     unit: str = Field(description="Unit of value: ms, s, bytes, ratio, count, ...")
-    source: Source | None = Field(description="measured or estimated; null when value is null.")
+    source: Source | None = Field(description="measured, emulated or estimated; null when value is null.")
     reason: str | None = Field(default=None, description="Why value is null.")
 
     @model_validator(mode="after")
@@ -30,12 +31,16 @@ class Metric(BaseModel):
         if self.value is None and (self.source is not None or not self.reason):
             raise ValueError("an absent metric has no source and must say why")
         if self.value is not None and self.source is None:
-            raise ValueError("a metric with a value must say whether it was measured or estimated")
+            raise ValueError("a metric with a value must say whether it was measured, emulated or estimated")
         return self
 
     @classmethod
     def measured(cls, value: float, unit: str) -> Metric:
         return cls(value=value, unit=unit, source="measured")
+
+    @classmethod
+    def emulated(cls, value: float, unit: str) -> Metric:
+        return cls(value=value, unit=unit, source="emulated")
 
     @classmethod
     def estimated(cls, value: float, unit: str) -> Metric:
@@ -90,6 +95,15 @@ class Verification(BaseModel):
     passed: bool
     outputs: list[OutputError]
     note: str | None = Field(default=None, description="Why the comparison may say little, e.g. outputs all ≈ 0.")
+    samples: int = Field(default=1, description="Seeded input sets compared; max_abs/max_rel are the worst of them.")
+    snr_db: float | None = Field(
+        default=None, description="Signal-to-noise ratio of the outputs in dB, the worst output over every sample "
+        "(10·log10 of Σref² / Σ(ref − actual)²); null when the outputs match exactly.")
+    top1_agreement: float | None = Field(
+        default=None, description="For outputs that look like class scores (2-D, last dimension > 1): the share "
+        "of rows whose arg-max matches eager's, the worst such output over every sample.")
+    method: str | None = Field(default=None, description="How the outputs were had, in plain words (e.g. the "
+                               "interpreter's precision rule for emulated verification).")
 
 
 Device = str
@@ -201,7 +215,8 @@ class RunReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = Field(
+        default=2, description="2 added the `emulated` source and multi-sample verification; 1 is still read.")
     mlbench_version: str
     run_id: str
     created: str = Field(description="ISO-8601 UTC start of the run.")

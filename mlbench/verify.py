@@ -55,3 +55,52 @@ def compare_outputs(
                 "wrong export from a right one; random weights often do this (see examples/random_weights.py)")
     return Verification(reference=reference_name, max_abs=max_abs, max_rel=max_rel, tolerance=tolerance,
                         passed=max_rel <= tolerance, outputs=errors, note=note)
+
+
+def _snr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
+    """10·log10(Σref² / Σ(ref − actual)²); None when they match exactly (an infinite ratio)."""
+    ref = np.asarray(reference, dtype=np.float64).ravel()
+    noise = float(np.sum((ref - np.asarray(actual, dtype=np.float64).ravel()) ** 2))  # sizes checked already
+    if noise == 0.0 or not np.isfinite(noise):
+        return None if noise == 0.0 else float("-inf")
+    signal = float(np.sum(ref**2))
+    return float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf")
+
+
+def _top1(reference: np.ndarray, actual: np.ndarray) -> float | None:
+    """Share of rows whose arg-max agrees, for outputs shaped like class scores (2-D, last dim > 1)."""
+    ref = np.asarray(reference)
+    if ref.ndim != 2 or ref.shape[-1] < 2:
+        return None
+    got = np.asarray(actual).reshape(ref.shape)
+    return float(np.mean(np.argmax(ref, axis=-1) == np.argmax(got, axis=-1)))
+
+
+def compare_samples(
+    pairs: Sequence[tuple[Sequence[tuple[str, np.ndarray]], Sequence[np.ndarray]]],
+    *,
+    tolerance: float,
+    reference_name: str,
+    source: str = "measured",
+    method: str | None = None,
+) -> Verification:
+    """Verification over several seeded input sets: the worst sample's errors, the worst output's
+    signal-to-noise ratio and top-1 agreement over all of them."""
+    checks = [compare_outputs(ref, got, tolerance=tolerance, reference_name=reference_name) for ref, got in pairs]
+    worst = max(checks, key=lambda v: v.max_rel)
+    snrs: list[float] = []
+    top1: dict[str, list[float]] = {}
+    for ref, got in pairs:
+        for (name, r), g in zip(ref, got):
+            snr = _snr_db(r, g)
+            if snr is not None:
+                snrs.append(snr)
+            agreement = _top1(r, g)
+            if agreement is not None:
+                top1.setdefault(name, []).append(agreement)
+    agreements = [float(np.mean(values)) for values in top1.values()]
+    return worst.model_copy(update={
+        "source": source, "samples": len(pairs), "snr_db": min(snrs) if snrs else None,
+        "top1_agreement": min(agreements) if agreements else None, "method": method,
+        "note": next((c.note for c in checks if c.note), None),
+    })

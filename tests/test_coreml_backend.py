@@ -68,11 +68,20 @@ def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, t
         median = record.metrics["latency.median"]
         assert (median.value, median.source) == (None, None)
         assert median.reason == "Core ML runs only on macOS; this machine runs Linux"
-        assert record.latency is None and record.verify is None
+        assert record.latency is None
+        # the program is verified on any OS: mlbench's interpreter ran it (float16: rounded per op)
+        assert record.verify.source == "emulated" and record.verify.passed
+        assert 0 < record.verify.max_rel <= 1e-2 and record.verify.samples == 1
+        assert record.metrics["verify.max_rel"].source == "emulated"
+        assert record.metrics["verify.max_rel"].value == record.verify.max_rel
+        fp32 = next(r for r in report.records if r.variant_id == "tiny/coreml/float32/cpu_only/none")
+        assert fp32.verify.source == "emulated" and fp32.verify.max_rel <= 1e-5
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "#### Program of `tiny/coreml/float16/none` (artifact " in markdown
     assert "<details><summary>Layers (" in markdown
     assert "not timed: Core ML runs only on macOS" in markdown or sys.platform == "darwin"
+    assert f"| †{record.verify.max_rel:.2e} |" in markdown or sys.platform == "darwin"
+    assert "`†` (**emulated**: mlbench's interpreter ran the saved program" in markdown
 
 
 def test_corrupt_entry_is_rebuilt_with_a_warning(write_pipeline, tmp_path, capsys):

@@ -57,7 +57,7 @@ def test_partial_report_says_so():
 def test_json_round_trips_and_is_schema_checked():
     original = report([record("m/torch/cpu/float32")])
     data = json.loads(render_json(original))
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 2
     assert data["records"][0]["metrics"]["latency.median"] == {"value": 10.0, "unit": "ms", "source": "measured",
                                                               "reason": None}
     assert RunReport.model_validate(data) == original
@@ -73,6 +73,6 @@ def test_json_refuses_a_report_that_breaks_its_schema():
 def test_absent_metric_needs_a_reason():
     with pytest.raises(ValueError, match="must say why"):
         Metric(value=None, unit="ms", source=None)
-    with pytest.raises(ValueError, match="measured or estimated"):
+    with pytest.raises(ValueError, match="must say whether it was measured, emulated or estimated"):
         Metric(value=1.0, unit="ms", source=None)
     assert Metric.absent("ms", "Core ML runs only on macOS").reason == "Core ML runs only on macOS"

@@ -57,6 +57,11 @@ class VerifySettings(StrictModel):
         description="Largest allowed max_rel error versus eager float32, per precision; an optimization "
         "recipe's name (e.g. palettize4) may have its own entry, which wins over the precision's.",
     )
+    samples: int = Field(
+        default=1, ge=1, le=1000,
+        description="Seeded input sets each verification runs; the worst max_rel counts, with the signal-to-noise "
+        "ratio and, for class scores, top-1 agreement with eager.",
+    )
 
     def tolerance_for(self, precision: str, optimization: str | None = None) -> float:
         """The recipe's tolerance if given, else the precision's (the pipeline's, else mlbench's default)."""

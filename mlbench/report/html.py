@@ -239,7 +239,7 @@ def _table(records: Sequence[RunRecord]) -> str:
             fmt_metric(r.metrics.get("latency.median")), fmt_metric(r.metrics.get("latency.best")),
             fmt_metric(r.metrics.get("latency.p90")),
             fmt_metric(r.metrics.get("load_time")),
-            f"{r.verify.max_rel:.2e}" if r.verify else "–",
+            (("†" if r.verify.source == "emulated" else "") + f"{r.verify.max_rel:.2e}") if r.verify else "–",
             fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
         ]
@@ -260,7 +260,9 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     body = [f"<h1>{escape(title)}</h1>",
             f'<p class="meta">run <code>{escape(report.run_id)}</code> · {escape(report.created)} · '
             f"{escape(machine_text)} · {escape(summary)}</p>",
-            '<p class="meta">Figures are measured unless marked <b>~</b> (estimated, drawn hatched); a figure '
+            '<p class="meta">Figures are measured unless marked <b>~</b> (estimated, drawn hatched) or <b>†</b> '
+            "(emulated: mlbench's interpreter ran the saved program; it checks what the program computes, not what "
+            "the device's arithmetic adds); a figure "
             "that could not be had is shown with its reason, never as zero.</p>"]
     if report.finished is None:
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')

@@ -9,6 +9,8 @@ from mlbench.metrics import format_ms
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.units import human_bytes
 
+SOURCE_MARK = {"measured": "", "emulated": "†", "estimated": "~"}
+"""How a figure shows where it came from; the legend under the title explains each mark."""
 STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}
 
 
@@ -16,7 +18,7 @@ def fmt_metric(metric: Metric | None, fmt=format_ms) -> str:
     """A figure as text; estimated ones carry `~` so they never pass for measured ones."""
     if metric is None or metric.value is None:
         return "–"
-    return ("~" if metric.source == "estimated" else "") + fmt(metric.value)
+    return SOURCE_MARK.get(metric.source or "", "") + fmt(metric.value)
 
 
 def variant_label(record: RunRecord) -> str:
@@ -48,7 +50,9 @@ def _verify(record: RunRecord) -> str:
     mark = "" if record.verify.passed else " ✗"
     if record.verify.note:
         mark += " (reference ≈ 0: uninformative)"
-    return f"{record.verify.max_rel:.2e}{mark}"
+    if record.verify.samples > 1:
+        mark += f" ({record.verify.samples} samples)"
+    return f"{SOURCE_MARK.get(record.verify.source, '')}{record.verify.max_rel:.2e}{mark}"
 
 
 def _note(record: RunRecord) -> str:
@@ -138,7 +142,9 @@ def render_markdown(report: RunReport) -> str:
         f"Machine: {machine.get('os')} {machine.get('os_release')} {machine.get('arch')}, {machine.get('cpu')} "
         f"({machine.get('cpu_count')} cores), Python {machine.get('python')}; {packages}.",
         "",
-        "All figures are **measured** on this machine unless marked `~` (**estimated** by mlbench's rules); "
+        "All figures are **measured** on this machine unless marked `~` (**estimated** by mlbench's rules and "
+        "cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; it checks "
+        "what the program computes, not what the device's own arithmetic adds); "
         "– means absent, with the reason in the JSON report. "
         f"Latency: {latency.get('warmup')} warmup calls thrown away, then at least {latency.get('repeats')} calls "
         f"and {latency.get('min_time_s')} s.",

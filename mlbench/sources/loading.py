@@ -39,7 +39,27 @@ class LoadedModel:
     module: torch.nn.Module
     example_inputs: list[torch.Tensor]
     reference: list[tuple[str, np.ndarray]]  # eager float32 CPU outputs, flattened and named
+    seed: int = 0
     _digest: str | None = field(default=None, repr=False)
+    _samples: dict[int, tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]] = field(
+        default_factory=dict, repr=False)
+
+    def sample(self, index: int) -> tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]:
+        """Seeded input set `index` and eager float32's outputs for it; 0 is the example inputs.
+
+        Sample k draws its inputs under seed + k, so every backend and every run sees the same sets.
+        """
+        if index == 0:
+            return self.example_inputs, self.reference
+        if index not in self._samples:
+            import torch
+
+            inputs = make_inputs(self.spec, self.seed + index)
+            with torch.inference_mode():
+                output = self.module(*inputs)
+            self._samples[index] = (inputs, [(name, t.detach().float().cpu().numpy())
+                                             for name, t in flatten_outputs(output)])
+        return self._samples[index]
 
     @property
     def input_names(self) -> list[str]:
@@ -164,7 +184,7 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
         shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in spec.inputs)
         raise ModelLoadError(f"model does not run on its inputs ({shapes}): {_first_line(exc)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]
-    return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference)
+    return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference, seed=seed)
 
 
 def _first_line(exc: BaseException) -> str:

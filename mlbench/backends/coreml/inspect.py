@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from mlbench.backends.coreml.target import ComputeUnits
 
@@ -15,6 +16,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compute-units", choices=ComputeUnits.__args__,  # type: ignore[attr-defined]
                         help="Core ML: also summarise where each operation runs (measured on macOS 14.4+, "
                         "else estimated)")
+    parser.add_argument("--verify", action="store_true",
+                        help="Core ML: run the program in mlbench's interpreter on seeded inputs and summarise "
+                        "its outputs (any OS)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the --verify inputs (default 0)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -28,16 +33,70 @@ def run(args: argparse.Namespace) -> int:
         from mlbench.backends.coreml.backend import placement_for
 
         placement = placement_for(CoremlArtifact(Path(args.path), analysis), args.compute_units)
+    outputs = emulated_outputs(Path(args.path), args.seed) if args.verify else None
     if args.json:
         data = analysis.model_dump(mode="json")
         if placement is not None:
             data["placement"] = placement.model_dump(mode="json")
+        if outputs is not None:
+            data["emulated_outputs"] = outputs
         print(json.dumps(data, indent=2))
         return 0
     print(render_program_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
+    if outputs is not None:
+        print(render_emulated_outputs(outputs))
     if placement is not None:
         from mlbench.report.placement import render_placement_markdown
 
         print(render_placement_markdown(placement, title=f"Placement with {args.compute_units}",
                                         max_ops=args.max_layers))
     return 0
+
+
+def emulated_outputs(path: Path, seed: int) -> dict[str, Any]:
+    """Run the package in the interpreter on seeded inputs of its declared shapes and types; a summary of
+    each output (shape, dtype, range, mean, NaN/inf counts). An op it lacks is one line, not a traceback."""
+    import numpy as np
+
+    from mlbench.backends.coreml.emulate import EMULATION_NOTE, UnsupportedOps, emulate, load_program
+    from mlbench.errors import UserError
+
+    try:
+        program = load_program(path)
+    except Exception as exc:  # noqa: BLE001 - a package the interpreter cannot read is the user's to know
+        raise UserError(f"the interpreter cannot read this package: {exc}", file=path) from None
+    generator = np.random.default_rng(seed)
+    feeds: dict[str, np.ndarray] = {}
+    for name, info in program.inputs:
+        if info.shape is None or None in info.shape:
+            raise UserError(f"input '{name}' has a flexible shape; --verify needs fixed shapes", file=path)
+        shape = tuple(int(d) for d in info.shape if d is not None)
+        dtype = {"fp32": np.float32, "fp16": np.float16, "fp64": np.float64}.get(info.dtype or "")
+        feeds[name] = (generator.standard_normal(shape).astype(dtype) if dtype is not None
+                       else generator.integers(0, 10, size=shape).astype(np.int32))
+    try:
+        result = emulate(program, feeds)
+    except UnsupportedOps as exc:
+        raise UserError(f"cannot verify: the interpreter lacks {', '.join(exc.ops)}", file=path) from None
+    summary: dict[str, Any] = {"seed": seed, "note": EMULATION_NOTE, "run_seconds": result.run_seconds,
+                               "outputs": {}}
+    for name, array in result.outputs.items():
+        values = np.asarray(array, dtype=np.float64)
+        finite = values[np.isfinite(values)]
+        summary["outputs"][name] = {
+            "shape": list(values.shape), "dtype": str(np.asarray(array).dtype),
+            "min": float(finite.min()) if finite.size else None, "max": float(finite.max()) if finite.size else None,
+            "mean": float(finite.mean()) if finite.size else None,
+            "nan": int(np.isnan(values).sum()), "inf": int(np.isinf(values).sum()),
+        }
+    return summary
+
+
+def render_emulated_outputs(summary: dict[str, Any]) -> str:
+    lines = [f"### Emulated outputs (seed {summary['seed']}, {summary['run_seconds'] * 1000:.1f} ms)", "",
+             summary["note"], "", "| Output | Shape | Dtype | Min | Max | Mean | NaN | Inf |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for name, o in summary["outputs"].items():
+        cells = [f"{o[k]:.4g}" if o[k] is not None else "–" for k in ("min", "max", "mean")]
+        lines.append(f"| {name} | {o['shape']} | {o['dtype']} | {' | '.join(cells)} | {o['nan']} | {o['inf']} |")
+    return "\n".join([*lines, ""])

@@ -1,0 +1,68 @@
+"""Verification of a Core ML package on any OS: mlbench's interpreter runs the saved program on the
+pipeline's seeded inputs and its outputs are compared with eager PyTorch's (`source: emulated`).
+
+What it answers is whether the program coremltools wrote computes what the model computes; it does
+not say what the Neural Engine's or the GPU's own arithmetic adds (EMULATION_NOTE says so).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from mlbench.backends.base import REFERENCE
+from mlbench.records import Metric
+
+if TYPE_CHECKING:
+    from mlbench.backends.coreml.artifact import CoremlArtifact
+    from mlbench.records import Verification
+    from mlbench.sources.loading import LoadedModel
+
+
+def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, samples: int, tolerance: float,
+                          ) -> tuple[Verification | None, str | None]:
+    """(verification, None), or (None, the reason it could not be had: an op the interpreter lacks,
+    a model type it does not run, a program it cannot read)."""
+    from mlbench.backends.coreml.emulate import (
+        EMULATION_NOTE,
+        CorruptPackage,
+        EmulationError,
+        Emulator,
+        UnsupportedOps,
+        load_program,
+    )
+    from mlbench.verify import OutputMismatch, compare_samples
+
+    if artifact.analysis.model_type != "mlProgram":
+        return None, f"the interpreter runs ML programs, not {artifact.analysis.model_type} models"
+    try:
+        emulator = Emulator(load_program(artifact.package))
+        pairs = []
+        for index in range(samples):
+            inputs, reference = model.sample(index)
+            feeds = {name: tensor.detach().cpu().numpy() for name, tensor in zip(model.input_names, inputs)}
+            outputs = emulator.run(feeds)
+            pairs.append((reference, list(outputs.values())))
+        verification = compare_samples(pairs, tolerance=tolerance, reference_name=REFERENCE, source="emulated",
+                                       method=EMULATION_NOTE)
+    except UnsupportedOps as exc:
+        return None, f"the interpreter lacks {', '.join(exc.ops)}"
+    except (EmulationError, CorruptPackage, OutputMismatch, ValueError) as exc:
+        return None, f"emulation failed: {' '.join(str(exc).split())[:200]}"
+    return verification, None
+
+
+def verification_metrics(verification: Verification | None, reason: str | None, *, prefix: str = "verify"
+                         ) -> dict[str, Metric]:
+    """`verify.max_abs`, `verify.max_rel` (and SNR, top-1 where known) with the verification's source;
+    absent with the reason when there is none."""
+    if verification is None:
+        why = reason or "not verified"
+        return {f"{prefix}.max_abs": Metric.absent("abs", why), f"{prefix}.max_rel": Metric.absent("rel", why)}
+    source = verification.source
+    metrics = {f"{prefix}.max_abs": Metric(value=verification.max_abs, unit="abs", source=source),
+               f"{prefix}.max_rel": Metric(value=verification.max_rel, unit="rel", source=source)}
+    if verification.snr_db is not None:
+        metrics[f"{prefix}.snr_db"] = Metric(value=verification.snr_db, unit="dB", source=source)
+    if verification.top1_agreement is not None:
+        metrics[f"{prefix}.top1_agreement"] = Metric(value=verification.top1_agreement, unit="ratio", source=source)
+    return metrics
