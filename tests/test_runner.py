@@ -78,3 +78,18 @@ def test_unavailable_device_is_skipped_not_failed(write_pipeline, tiny_pipeline_
     text = tiny_pipeline_text.replace("device: [cpu]", "device: [cuda]")
     report = run(load_pipeline(write_pipeline(text)))
     assert [(r.status, r.error) for r in report.records] == [("skipped", "CUDA is not available on this machine")]
+
+
+def test_verify_samples_run_on_every_backend(write_pipeline, tiny_pipeline_text):
+    text = tiny_pipeline_text.replace(
+        "    precision: [float32]\n",
+        "    precision: [float32, float16]\n  - backend: onnxruntime\n    precision: [float32]\n",
+    ) + "verify: {samples: 3}\n"
+    report = run(load_pipeline(write_pipeline(text)))
+    by_id = {r.variant_id: r for r in report.records}
+    for variant_id in ("tiny_cnn/torch/cpu/float16", "tiny_cnn/onnxruntime/float32/cpu"):
+        verify = by_id[variant_id].verify
+        assert by_id[variant_id].status == "ok" and verify.samples == 3 and verify.source == "measured"
+        assert verify.top1_agreement == 1.0 and verify.snr_db is not None
+        assert by_id[variant_id].metrics["verify.snr_db"].value == verify.snr_db
+    assert by_id["tiny_cnn/torch/cpu/float32"].verify is None  # the reference itself

@@ -79,8 +79,12 @@ def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None 
     if load_ms is not None:
         metrics["load_time"] = Metric.measured(load_ms, "ms")
     if verify is not None:
-        metrics["verify.max_abs"] = Metric.measured(verify.max_abs, "abs")
-        metrics["verify.max_rel"] = Metric.measured(verify.max_rel, "rel")
+        metrics["verify.max_abs"] = Metric(value=verify.max_abs, unit="abs", source=verify.source)
+        metrics["verify.max_rel"] = Metric(value=verify.max_rel, unit="rel", source=verify.source)
+        if verify.snr_db is not None:
+            metrics["verify.snr_db"] = Metric(value=verify.snr_db, unit="dB", source=verify.source)
+        if verify.top1_agreement is not None:
+            metrics["verify.top1_agreement"] = Metric(value=verify.top1_agreement, unit="ratio", source=verify.source)
     return metrics
 
 

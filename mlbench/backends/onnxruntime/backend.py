@@ -142,7 +142,7 @@ class OnnxruntimeBackend(Backend):
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
         from mlbench.timing import time_calls, time_once
-        from mlbench.verify import compare_outputs
+        from mlbench.verify import compare_samples
 
         artifact: OnnxArtifact = exported.payload
         precision, provider = variant.axis("precision"), variant.axis("providers")
@@ -160,10 +160,13 @@ class OnnxruntimeBackend(Backend):
         latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                              threads=self.target.intra_op_threads)
+        pairs = [(model.reference, list(first_outputs))]
+        for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
+            pairs.append((model.sample(index)[1], list(session.run(None, _feed(session, model, index)))))
         session = None  # release the timed session before the profiled one starts
 
-        verify = compare_outputs(model.reference, list(first_outputs),
-                                 tolerance=self.config.verify.tolerance_for(precision), reference_name=REFERENCE)
+        verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
+                                 reference_name=REFERENCE)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
         folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))
@@ -193,10 +196,12 @@ class OnnxruntimeBackend(Backend):
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
 
-def _feed(session: Any, model: LoadedModel) -> dict[str, Any]:
-    """The model's seeded inputs by the session's input names (float16 graphs keep float32 inputs)."""
+def _feed(session: Any, model: LoadedModel, sample: int = 0) -> dict[str, Any]:
+    """The model's seeded inputs (input set `sample`) by the session's input names (float16 graphs keep
+    float32 inputs)."""
     names = [i.name for i in session.get_inputs()]
-    if len(names) != len(model.example_inputs):
+    inputs = model.sample(sample)[0]
+    if len(names) != len(inputs):
         raise ValueError(f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}); "
-                         f"the model has {len(model.example_inputs)}")
-    return {name: tensor.detach().cpu().numpy() for name, tensor in zip(names, model.example_inputs)}
+                         f"the model has {len(inputs)}")
+    return {name: tensor.detach().cpu().numpy() for name, tensor in zip(names, inputs)}

@@ -60,10 +60,21 @@ class TorchBackend(Backend):
         if device == "cpu" and precision == "float32":
             return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms), latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})"})
-        from mlbench.verify import compare_outputs  # numpy: kept off the validate path
+        from mlbench.verify import compare_samples  # numpy: kept off the validate path
 
-        actual = [t.detach().float().cpu().numpy() for _, t in flatten_outputs(output)]
-        verify = compare_outputs(model.reference, actual, tolerance=self.config.verify.tolerance_for(precision),
+        def outputs(result: object) -> list:
+            return [t.detach().float().cpu().numpy() for _, t in flatten_outputs(result)]
+
+        pairs = [(model.reference, outputs(output))]
+        for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
+            sample_inputs, reference = model.sample(index)
+            moved = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
+                     for t in sample_inputs]
+            with torch.inference_mode():
+                pairs.append((reference, outputs(exported.payload.to(device)(*moved))))
+            if device != "cpu":
+                exported.payload.to("cpu")
+        verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
                                  reference_name=REFERENCE)
         return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
                            verify=verify)
