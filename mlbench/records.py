@@ -2,7 +2,7 @@
 
 Every figure is a `Metric` that says where it came from: `measured` (a runtime on this machine
 said so), `emulated` (mlbench's interpreter ran the saved program) or `estimated` (mlbench's static
-rules or cost model). A figure that could not be had is
+rules or cost model; an estimate may carry its error band). A figure that could not be had is
 kept with `value: null` and the reason, never as zero.
 """
 
@@ -16,6 +16,17 @@ Source = Literal["measured", "emulated", "estimated"]
 Status = Literal["ok", "failed", "skipped"]
 
 
+class Band(BaseModel):
+    """How far an estimate of this kind can be off: ratios of estimated to measured figures, each
+    folded to at least 1 (×1.5 means 1.5 times too high or too low)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    median_ratio: float = Field(ge=1, description="Median of the folded ratios.")
+    worst_ratio: float = Field(ge=1, description="The largest folded ratio.")
+    basis: str = Field(description="What the ratios were computed on, in words.")
+
+
 class Metric(BaseModel):
     """One figure with its unit and its origin."""
 
@@ -25,6 +36,12 @@ class Metric(BaseModel):
     unit: str = Field(description="Unit of value: ms, s, bytes, ratio, count, ...")
     source: Source | None = Field(description="measured, emulated or estimated; null when value is null.")
     reason: str | None = Field(default=None, description="Why value is null.")
+    band: Band | None = Field(default=None, exclude_if=lambda v: v is None,
+                              description="For estimates: how far such estimates were from measurements "
+                              "(calibration), where known.")
+    measured_as: str | None = Field(default=None, exclude_if=lambda v: v is None,
+                                    description="For an estimate of what this machine also measured: the "
+                                    "measured metric's name (reports show their ratio).")
 
     @model_validator(mode="after")
     def _value_or_reason(self) -> Metric:
