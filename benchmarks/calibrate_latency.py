@@ -25,11 +25,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from calibration_models import ROWS_PATH, Row, analysis_for, load_rows  # noqa: E402
+from calibration_models import ROWS_PATH, Row, analysis_for, load_rows
 
-from mlbench.backends.coreml.chips import CHIPS_PATH, DEVICES, Fit, FitRow, Parameters, builtin_chips  # noqa: E402
-from mlbench.backends.coreml.latency import estimate_latency  # noqa: E402
-from mlbench.backends.coreml.placement import estimate_placement  # noqa: E402
+from mlbench.backends.coreml.chips import CHIPS_PATH, DEVICES, Fit, FitRow, Parameters, builtin_chips
+from mlbench.backends.coreml.latency import estimate_latency
+from mlbench.backends.coreml.placement import estimate_placement
 
 # Priors, each with its reason (chips_notes.md in mlbench's research, sections 4 and 5).
 PRIORS: dict[str, tuple[float, str]] = {

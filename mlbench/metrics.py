@@ -2,12 +2,15 @@
 `mlbench compare` checks it by default, and how reports format it.
 
 Records, compare, the Markdown and HTML reports and history all read this one table instead of
-keeping their own lists. Per-device placement shares come from the backend registry's devices.
+keeping their own lists. Per-device placement shares come from the backend registry's devices, and
+families of metrics named by the pipeline (a prefix plus an id, e.g. an estimate per target chip)
+from the backends' specs: `info(name)` knows those too.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -26,6 +29,10 @@ class MetricInfo:
     """Shown by `mlbench compare` without a rule asking for it."""
     sampled: bool = False
     """Backed by raw latency samples, so compare's noise guard applies."""
+    column: bool = False
+    """Reports give it a column of its own wherever a model's records carry it (a family's metrics)."""
+    describe: str = ""
+    """One line on what it is, for the notes under a report's table (a family's metrics)."""
 
     @property
     def is_fraction(self) -> bool:
@@ -66,8 +73,35 @@ def catalog() -> dict[str, MetricInfo]:
     return {m.name: m for m in ordered}
 
 
+FAMILY_ID = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+
+
 def info(name: str) -> MetricInfo | None:
-    return catalog().get(name)
+    """The catalog's entry for a metric, including one of a backend's families (`prefix` + an id)."""
+    known = catalog().get(name)
+    if known is not None:
+        return known
+    from mlbench.backends.registry import metric_families
+
+    for family in metric_families():
+        suffix = name[len(family.prefix):] if name.startswith(family.prefix) else None
+        if suffix is not None and FAMILY_ID.match(suffix):
+            return MetricInfo(name, family.unit, family.label.format(name=suffix), family.better,  # type: ignore[arg-type]
+                              column=family.column, describe=family.describe)
+    return None
+
+
+def known_names() -> list[str]:
+    """Every metric name a rule may use, families as `prefix<id>` patterns (for "did you mean")."""
+    from mlbench.backends.registry import metric_families
+
+    return [*catalog(), *(f"{f.prefix}<{f.placeholder}>" for f in metric_families())]
+
+
+def columns(names: list[str]) -> list[MetricInfo]:
+    """Of the metric names records carry (in order), those that get a column of their own."""
+    found = [info(name) for name in dict.fromkeys(names)]
+    return [m for m in found if m is not None and m.column]
 
 
 def compared_by_default() -> list[str]:

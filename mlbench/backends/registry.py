@@ -14,7 +14,7 @@ import functools
 from importlib.metadata import entry_points
 from typing import Any
 
-from mlbench.backends.spec import BackendSpec, DeviceInfo
+from mlbench.backends.spec import BackendSpec, DeviceInfo, MetricFamily
 from mlbench.errors import UserError
 
 GROUP = "mlbench.backends"
@@ -67,3 +67,12 @@ def packages() -> tuple[str, ...]:
 
 def default_rules() -> tuple[str, ...]:
     return tuple(dict.fromkeys(r for spec in specs().values() for r in spec.default_rules))
+
+
+def metric_families() -> tuple[MetricFamily, ...]:
+    """The metric families every backend adds to the catalog, first registration of a prefix wins."""
+    merged: dict[str, MetricFamily] = {}
+    for spec in specs().values():
+        for family in spec.metrics:
+            merged.setdefault(family.prefix, family)
+    return tuple(merged.values())

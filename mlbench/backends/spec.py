@@ -38,6 +38,24 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class MetricFamily:
+    """Metrics a backend adds to the catalog under one prefix, named by the pipeline: `prefix` + an id
+    (e.g. `latency.estimated.` + a chip id). Compare rules may name any of them."""
+
+    prefix: str
+    placeholder: str
+    """What follows the prefix, in words, e.g. `chip` (shown as `latency.estimated.<chip>`)."""
+    unit: str
+    label: str
+    """Column or row label; `{name}` stands for what follows the prefix, e.g. `~ms {name}`."""
+    describe: str
+    """One line on what the figures are, for the notes under a report's table."""
+    better: str | None = None
+    column: bool = False
+    """Reports show one column per such metric found in a model's records."""
+
+
+@dataclass(frozen=True)
 class InspectCommand:
     """`mlbench inspect PATH` for the artifact files this backend makes."""
 
@@ -71,6 +89,8 @@ class BackendSpec:
     rules: str | None = None
     """"module:function() -> list[dict]" listing the rules behind this backend's estimates (id, kind,
     applies_to, confidence, says, source), for `mlbench rules`."""
+    metrics: tuple[MetricFamily, ...] = ()
+    """Families of metrics its records carry beyond mlbench's own catalog."""
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
     extras: dict[str, Any] = field(default_factory=dict)

@@ -182,7 +182,7 @@ def _table(rows: list[list[str]], right: Collection[int] = frozenset()) -> list[
 
 def cmd_history(args: argparse.Namespace) -> int:
     from mlbench.config.base import suggest
-    from mlbench.metrics import catalog, format_value
+    from mlbench.metrics import format_value, info, known_names
     from mlbench.store.history import list_runs, metric_series
 
     pipeline = _pipeline(args)
@@ -202,7 +202,7 @@ def cmd_history(args: argparse.Namespace) -> int:
 
     series = metric_series(db, args.metric, pipeline=name, model=args.model, limit=args.limit)
     if not series:
-        hint = suggest(args.metric, list(catalog()))
+        hint = suggest(args.metric, known_names())
         print(f"\nno figures of {args.metric} in these runs{hint}")
         return 0
     rows = [["variant", "runs", "first", "last", "change", "trend"]]
@@ -216,7 +216,7 @@ def cmd_history(args: argparse.Namespace) -> int:
         first, last = values[0], values[-1]
         change = f"{(figures[-1] / figures[0] - 1) * 100:+.1f}%" if figures[0] else "–"
         mark = lambda p: "~" if p.source == "estimated" else ""  # noqa: E731
-        known = catalog().get(args.metric)
+        known = info(args.metric)
         unit = known.unit if known is not None else ""
         rows.append([variant_id, str(len(values)), mark(first) + format_value(first.value, unit),
                      mark(last) + format_value(last.value, unit), change, sparkline(figures)])

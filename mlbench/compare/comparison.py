@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
 from mlbench.config.base import suggest
-from mlbench.metrics import catalog, compared_by_default, format_value, info
+from mlbench.metrics import catalog, compared_by_default, format_value, info, known_names
 from mlbench.records import RunRecord, RunReport
 
 # What is compared, which metrics a rule may name, and which move in percentage points (fractions)
@@ -96,9 +96,11 @@ def parse_rule(text: str) -> Rule:
             raise RuleError(f"rule '{raw}': status can be {', '.join(STATUS_VALUES)}, "
                             f"not '{threshold}'{suggest(threshold, list(STATUS_VALUES))}")
         return Rule(text=raw, metric="status", kind="status", status=threshold)
-    known = catalog()
-    if metric not in known:
-        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, [*known, 'status'])}")
+    known = info(metric)
+    if known is None:
+        names = known_names()
+        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, [*names, 'status'])} "
+                        f"(known: {', '.join(names)})")
     match = _THRESHOLD.match(threshold)
     if not match:
         raise RuleError(f"rule '{raw}': threshold '{threshold}' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N")
@@ -109,8 +111,8 @@ def parse_rule(text: str) -> Rule:
         return Rule(text=raw, metric=metric, kind="above" if op == ">" else "below",
                     direction=1 if op == ">" else -1, threshold=number)
     direction = 1 if op == "+" else -1
-    if unit == "pp" and not known[metric].is_fraction:
-        fractions = ", ".join(m.name for m in known.values() if m.is_fraction)
+    if unit == "pp" and not known.is_fraction:
+        fractions = ", ".join(m.name for m in catalog().values() if m.is_fraction)
         raise RuleError(f"rule '{raw}': percentage points apply to fractions ({fractions}); use % for {metric}")
     if unit == "pp" and number > 100:
         raise RuleError(f"rule '{raw}': a fraction cannot move by more than 100 percentage points")

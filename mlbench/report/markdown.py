@@ -5,7 +5,7 @@ from __future__ import annotations
 from mlbench.backends.base import REFERENCE
 from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
-from mlbench.metrics import format_ms
+from mlbench.metrics import MetricInfo, columns, format_ms
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.units import human_bytes
 
@@ -81,6 +81,34 @@ def _placement(record: RunRecord) -> tuple[str, str]:
     return f"{mark}{shares}", f"{mark}{placement.switches}"
 
 
+def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
+    """An extra column's figure (`~` when estimated), with measured ÷ estimated where this machine
+    measured what the estimate predicts."""
+    metric = record.metrics.get(column.name)
+    text = fmt_metric(metric)
+    if metric is not None and metric.value and metric.measured_as:
+        measured = record.metrics.get(metric.measured_as)
+        if measured is not None and measured.value is not None and measured.source == "measured":
+            text += f" (measured ×{measured.value / metric.value:.2f})"
+    return text
+
+
+def render_column_notes(records: list[RunRecord], extra: list[MetricInfo]) -> list[str]:
+    """What each extra column is, and the error band its estimates carry."""
+    lines = []
+    for column in extra:
+        bands = {m.band.model_dump_json(): m.band for r in records
+                 if (m := r.metrics.get(column.name)) is not None and m.band is not None}
+        text = f"_{column.label}_: {column.describe}"
+        for band in bands.values():
+            text += (f"; off by ×{band.median_ratio:.2f} typically, ×{band.worst_ratio:.2f} at worst "
+                     f"({band.basis})")
+        if any((m := r.metrics.get(column.name)) is not None and m.measured_as for r in records):
+            text += "; (measured ×r) is this machine's measured median ÷ the estimate"
+        lines.append(text + ".")
+    return [*lines, ""] if lines else []
+
+
 def render_placement_notes(records: list[RunRecord]) -> list[str]:
     """Each distinct placement note once, with the variants it applies to."""
     notes: dict[str, list[str]] = {}
@@ -97,12 +125,14 @@ def render_placement_notes(records: list[RunRecord]) -> list[str]:
 
 def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
     baseline = baseline_for(records)
+    extra = columns([name for r in records for name in r.metrics])
     lines = [
         f"### {model}",
         "",
-        "| Variant | Status | Median ms | Best ms | p90 ms | vs eager | Verify max_rel "
-        f"| {' / '.join(d.short for d in devices().values())} % | Switches | Size | Export | Note |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        "| Variant | Status | Median ms | Best ms | p90 ms | " + "".join(f"{m.label} | " for m in extra)
+        + f"vs eager | Verify max_rel | {' / '.join(d.short for d in devices().values())} % | Switches "
+        "| Size | Export | Note |",
+        "|---|---|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---:|---:|---:|---|---|",
     ]
     for r in records:
         variant = variant_label(r)
@@ -110,12 +140,13 @@ def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str
         shares, switches = _placement(r)
         lines.append(
             f"| `{variant}` | {STATUS_MARK[r.status]} | {fmt_metric(r.metrics.get('latency.median'))} "
-            f"| {fmt_metric(r.metrics.get('latency.best'))} | {fmt_metric(r.metrics.get('latency.p90'))} "
-            f"| {_speedup(r, baseline)} | {_verify(r)} | {shares} | {switches} | {size} | {export} | {_note(r)} |"
+            f"| {fmt_metric(r.metrics.get('latency.best'))} | {fmt_metric(r.metrics.get('latency.p90'))} | "
+            + "".join(f"{_estimate_cell(r, m)} | " for m in extra)
+            + f"{_speedup(r, baseline)} | {_verify(r)} | {shares} | {switches} | {size} | {export} | {_note(r)} |"
         )
     lines += ["", f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
               if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", ""]
-    return lines + render_placement_notes(records) + render_backend_sections(records, artifacts)
+    return lines + render_column_notes(records, extra) + render_placement_notes(records) + render_backend_sections(records, artifacts)
 
 
 def render_backend_sections(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:

@@ -102,6 +102,14 @@ class CoremlBackend(Backend):
         emulated, why_not = emulated_verification(
             artifact, model, samples=self.config.verify.samples,
             tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
+        details: dict[str, Any] = {}
+        if self.target.estimate_on:
+            from mlbench.backends.coreml.latency import latency_metrics
+
+            estimates, parts = latency_metrics(artifact.analysis, placement, list(self.target.estimate_on),
+                                               dict(self.target.chip_profiles), this_machine=machine_chip())
+            metrics.update(estimates)
+            details["latency_estimate"] = parts
         if sys.platform != "darwin":
             reason = NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
@@ -109,7 +117,7 @@ class CoremlBackend(Backend):
                 metrics[name] = Metric.absent(unit, reason)
             # the emulated verification is the headline here: the program is checked on any OS
             metrics.update(verification_metrics(emulated, why_not and f"{why_not}; {reason}"))
-            return Measurement(metrics=metrics, placement=placement, verify=emulated)
+            return Measurement(metrics=metrics, placement=placement, verify=emulated, details=details)
         from mlbench.backends.coreml.runtime import measure_package
 
         result = measure_package(artifact, model, variant, self.config, metrics)
@@ -119,7 +127,24 @@ class CoremlBackend(Backend):
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
         if emulated is not None:
             result.details["verify_emulated"] = emulated.model_dump(mode="json")
+        result.details.update(details)
         return result
+
+
+def machine_chip() -> str | None:
+    """The chip profile id of this Mac (from its CPU brand, e.g. 'Apple M1 Pro'); None elsewhere."""
+    if sys.platform != "darwin":
+        return None
+    import subprocess
+
+    from mlbench.backends.coreml.chips import builtin_chips, chip_for_machine
+
+    try:  # pragma: no cover - macOS only
+        brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                               timeout=5, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):  # pragma: no cover
+        return None
+    return chip_for_machine(brand, builtin_chips())  # pragma: no cover
 
 
 def placement_for(artifact: CoremlArtifact, compute_units: str):

@@ -1,9 +1,15 @@
 """Registration of the Core ML backend (see mlbench.backends.registry)."""
 
 from mlbench.backends.coreml.target import CoremlTarget, Recipe
-from mlbench.backends.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand
+from mlbench.backends.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand, MetricFamily
 
 NEURAL_ENGINE = DeviceInfo(name="neural_engine", label="Neural Engine", short="ANE", color="#2e7d32", rank=10)
+
+ESTIMATED_LATENCY = MetricFamily(
+    prefix="latency.estimated.", placeholder="chip", unit="ms", label="~ms {name}", better="lower", column=True,
+    describe="Core ML latency estimated for that Apple chip by mlbench's roofline model (chip profile, placement, "
+    "fitted efficiencies; docs/backends/coreml.md), never measured",
+)
 
 SPEC = BackendSpec(
     name="coreml",
@@ -14,6 +20,7 @@ SPEC = BackendSpec(
     recipes=Recipe,
     report_sections=("mlbench.backends.coreml.report:render_programs",),
     default_rules=("placement.neural_engine:-5pp",),
+    metrics=(ESTIMATED_LATENCY,),
     inspect=InspectCommand(
         suffixes=(".mlpackage", ".mlmodel"),
         describe="a Core ML package (.mlpackage or .mlmodel)",

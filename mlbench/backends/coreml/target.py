@@ -7,6 +7,7 @@ targets:
     compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
     optimize: [none, palettize4]
     deployment_target: macOS14      # default: the lowest the options need
+    estimate_on: [a17pro, m1]       # latency.estimated.<chip> per variant (chips.yaml or chip_profiles)
 optimizations:
   palettize4: {kind: palettize, nbits: 4, mode: kmeans}
 ```
@@ -18,6 +19,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
+from mlbench.backends.coreml.chips import ChipId, ChipProfile, builtin_chips
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
 from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest
 
@@ -82,6 +84,16 @@ class CoremlTarget(TargetBase):
         default=None, description="e.g. iOS17, macOS14; default: the lowest the precision and optimization need."
     )
 
+    estimate_on: list[ChipId] = Field(
+        default_factory=list,
+        description="Apple chips to estimate each variant's latency on (metric latency.estimated.<chip>, any OS): "
+        "ids from mlbench's chip profiles (a14 a15 a16 a17pro a18pro m1 m1pro m1max m2 m3 m3max m4) or chip_profiles.",
+    )
+    chip_profiles: dict[ChipId, ChipProfile] = Field(
+        default_factory=dict, description="Your own chip profiles by id (peaks and bandwidth, each with its source), "
+        "usable in estimate_on beside the built-in ones.",
+    )
+
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
 
@@ -94,6 +106,18 @@ class CoremlTarget(TargetBase):
             if name not in names:
                 problems.append((("optimize", i), (f"unknown optimization '{name}'{suggest(name, names)} "
                                  f"(define it under `optimizations`; known: {', '.join(names)})")))
+        builtin = builtin_chips()
+        for chip_id in self.chip_profiles:
+            if chip_id in builtin:
+                problems.append((("chip_profiles", chip_id), f"chip '{chip_id}' is one of mlbench's profiles; "
+                                 "give yours another id"))
+        chips = [*builtin, *self.chip_profiles]
+        for i, chip_id in enumerate(self.estimate_on):
+            if chip_id in self.estimate_on[:i]:
+                problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
+            elif chip_id not in chips:
+                problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
+                                 f"(known: {', '.join(chips)}; add your own under chip_profiles)"))
         if problems:
             return problems
         if self.deployment_target is not None:
