@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cases.append((row, analysis, estimate_placement(analysis, row.compute_units)))
     free = decidable(cases)
-    values = fit(cases, free)
+    values = {name: float(f"{v:.4g}") for name, v in fit(cases, free).items()}  # as stored in chips.yaml
     params = parameters(values)
     loo = []
     for i, (row, analysis, placement) in enumerate(cases):
@@ -153,7 +153,8 @@ def write_fit(result: Fit) -> None:
 
     text = CHIPS_PATH.read_text(encoding="utf-8")
     head = text[: text.index("\nfit:") + 1]
-    body = yaml.safe_dump({"fit": result.model_dump(mode="json")}, sort_keys=False, width=110, allow_unicode=True)
+    body = yaml.safe_dump({"fit": result.model_dump(mode="json")}, sort_keys=False, width=110, allow_unicode=True,
+                          default_flow_style=None)
     CHIPS_PATH.write_text(head + body, encoding="utf-8")
 
 
