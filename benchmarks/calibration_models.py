@@ -64,11 +64,20 @@ def build_module(row: Row):
     return reparameterize_model(module).eval()  # MobileOne / FastViT: fold branches as their repos do
 
 
+def _code_digest() -> str:
+    """The exporter's, analysis' and cost model's source: a change there re-exports and re-analyses."""
+    import mlbench.backends.coreml as coreml
+
+    root = Path(coreml.__file__).parent
+    files = sorted([root / "export.py", root / "conversion.py", *root.glob("analysis/*.py"), *root.glob("cost/*.py")])
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
+
 def _key(row: Row) -> str:
     from importlib.metadata import version
 
     parts = [row.build, row.model, "x".join(map(str, row.input_shape)), row.precision,
-             version("coremltools"), version("torch"), version("timm"), "analysis-v1"]
+             version("coremltools"), version("torch"), version("timm"), _code_digest()]
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

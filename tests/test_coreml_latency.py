@@ -126,6 +126,7 @@ def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):
     assert config.config.targets[0].estimate_on == ["mine"]
 
 
+@pytest.mark.torch
 def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(write_pipeline, tmp_path):
     from mlbench.run.runner import run
 
@@ -174,3 +175,24 @@ def test_compare_gates_on_an_estimated_chip_latency():
     assert result.regressed
     assert result.variants[0].findings[0].message.startswith("~1.00 ms → ~1.30 ms (+30.0%)")
     assert not compare(run(1.0), run(1.05), [rule]).regressed
+
+
+def test_calibration_fit_recovers_what_it_was_given():
+    import importlib.util
+
+    from mlbench.backends.coreml.chips import builtin_chips
+
+    spec = importlib.util.spec_from_file_location("calibrate_latency", ROOT / "benchmarks" / "calibrate_latency.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    analysis, placement = two_op_program()
+    truth = estimate_latency(analysis, placement, builtin_chips()["m1"], PARAMS).total_ms
+    row = bench.Row(model="two", build="-", input_shape=(1,), chip="m1", compute_units="all", precision="float16",
+                    latency_ms=truth, source="test")
+    cases = [(row, analysis, placement)]
+    free = bench.decidable(cases)
+    assert free[-1] == "fixed_ms" and "efficiency.gpu" not in free and "switch_overhead_ms" in free
+    values = bench.fit(cases, free)
+    fitted = estimate_latency(analysis, placement, builtin_chips()["m1"], bench.parameters(values)).total_ms
+    assert fitted == pytest.approx(truth, rel=0.05)
+    assert values["efficiency.gpu"] == bench.PRIORS["efficiency.gpu"][0]  # no row on the GPU: the prior stays

@@ -6,6 +6,7 @@ static figures; its latency and verification are absent with the reason, never z
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -131,6 +132,7 @@ class CoremlBackend(Backend):
         return result
 
 
+@functools.cache
 def machine_chip() -> str | None:
     """The chip profile id of this Mac (from its CPU brand, e.g. 'Apple M1 Pro'); None elsewhere."""
     if sys.platform != "darwin":
