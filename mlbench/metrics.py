@@ -86,7 +86,7 @@ def info(name: str) -> MetricInfo | None:
     for family in metric_families():
         suffix = name[len(family.prefix):] if name.startswith(family.prefix) else None
         if suffix is not None and FAMILY_ID.match(suffix):
-            return MetricInfo(name, family.unit, family.label.format(name=suffix), family.better,  # type: ignore[arg-type]
+            return MetricInfo(name, family.unit, family.label.format(name=suffix), family.better,
                               column=family.column, describe=family.describe)
     return None
 

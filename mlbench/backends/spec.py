@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from mlbench.config.base import TargetBase
@@ -50,7 +50,7 @@ class MetricFamily:
     """Column or row label; `{name}` stands for what follows the prefix, e.g. `~ms {name}`."""
     describe: str
     """One line on what the figures are, for the notes under a report's table."""
-    better: str | None = None
+    better: Literal["lower", "higher"] | None = None
     column: bool = False
     """Reports show one column per such metric found in a model's records."""
 
