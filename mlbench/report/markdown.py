@@ -94,19 +94,20 @@ def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
 
 
 def render_column_notes(records: list[RunRecord], extra: list[MetricInfo]) -> list[str]:
-    """What each extra column is, and the error band its estimates carry."""
-    lines = []
+    """What the extra columns are, and the error band their estimates carry: one line per kind."""
+    groups: dict[str, list[str]] = {}
     for column in extra:
         bands = {m.band.model_dump_json(): m.band for r in records
                  if (m := r.metrics.get(column.name)) is not None and m.band is not None}
-        text = f"_{column.label}_: {column.describe}"
+        text = column.describe
         for band in bands.values():
             text += (f"; off by ×{band.median_ratio:.2f} typically, ×{band.worst_ratio:.2f} at worst "
                      f"({band.basis})")
-        if any((m := r.metrics.get(column.name)) is not None and m.measured_as for r in records):
-            text += "; (measured ×r) is this machine's measured median ÷ the estimate"
-        lines.append(text + ".")
-    return [*lines, ""] if lines else []
+        groups.setdefault(text, []).append(f"_{column.label}_")
+    lines = [f"{', '.join(labels)}: {text}." for text, labels in groups.items()]
+    if any((m := r.metrics.get(c.name)) is not None and m.measured_as for r in records for c in extra):
+        lines.append("(measured ×r): this machine's measured median ÷ the estimate for its own chip.")
+    return [line for text in lines for line in (text, "")]
 
 
 def render_placement_notes(records: list[RunRecord]) -> list[str]:

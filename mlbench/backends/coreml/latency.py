@@ -117,10 +117,10 @@ def latency_band(fit: Fit) -> Band:
     (leave-one-out) where the fit recorded that, else with every row in the fit."""
     if fit.loo_median_ratio is not None and fit.loo_worst_ratio is not None:
         return Band(median_ratio=fit.loo_median_ratio, worst_ratio=fit.loo_worst_ratio,
-                    basis=f"{len(fit.rows)} published Core ML latencies, each predicted by a fit without it "
-                    f"(calibrated {fit.date})")
+                    basis=f"{len(fit.rows)} published Core ML latencies, each predicted by a fit without it"
+                    f"; calibrated {fit.date}")
     return Band(median_ratio=fit.median_ratio, worst_ratio=fit.worst_ratio,
-                basis=f"{len(fit.rows)} published Core ML latencies the model was fitted to (calibrated {fit.date})")
+                basis=f"{len(fit.rows)} published Core ML latencies the model was fitted to; calibrated {fit.date}")
 
 
 def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: list[str],
