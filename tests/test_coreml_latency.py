@@ -145,7 +145,7 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(write
     row = next(line for line in markdown.splitlines() if line.startswith("| `coreml/float16/all/none`"))
     cells = [c.strip() for c in row.split("|")]
     assert cells[6].startswith("~") and cells[7].startswith("~")  # the estimate columns, marked
-    assert "_~ms a17pro_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    assert "_~ms a17pro_, _~ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
 
 
 def test_markdown_shows_measured_over_estimated_where_the_machine_measured_it():
