@@ -227,6 +227,9 @@ def load_program(path: str | Path) -> Program:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(path)
+    from mlbench.backends.coreml.messages import import_coremltools
+
+    import_coremltools()  # quietly: coremltools prints import-time notices on Linux
     from coremltools.proto import Model_pb2  # deferred: importing coremltools is slow
 
     spec_file, weights_root = _spec_file(path)
