@@ -120,6 +120,16 @@ def headline() -> list[str]:
     return ["latency.median", *shares[:1], "verify.max_rel"]
 
 
+ESTIMATE_MARK = "≈"
+"""Marks an estimated figure in every text report. Not `~`: GitHub renders `~a~` (two estimates in
+one table cell or line) as strikethrough."""
+
+
+def estimate_mark(source: str | None) -> str:
+    """The mark an estimated figure carries in text; measured (and emulated) figures carry none."""
+    return ESTIMATE_MARK if source == "estimated" else ""
+
+
 def format_ms(value: float | None) -> str:
     """Milliseconds with the digits that matter at that size; – when absent."""
     if value is None:

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlbench.cli.compare import register
 from mlbench.cli.main import build_parser
 from mlbench.cli.main import main as cli_main
 from mlbench.config.load import load_pipeline
@@ -27,11 +26,7 @@ def load(name: str) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = build_parser()
-    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    if "compare" not in sub.choices:  # until mlbench.cli.main registers them itself
-        register(sub)
-    return p
+    return build_parser()
 
 
 def mlbench_commands(workflow: dict, env: dict[str, str]) -> list[list[str]]:

@@ -194,7 +194,18 @@ def load_pipeline(path: str | Path) -> Pipeline:
     from mlbench.config.loader import load_yaml
 
     path = Path(path)
-    loaded = load_yaml(path)
+    return _validated(load_yaml(path), path.resolve())
+
+
+def load_pipeline_text(text: str | bytes, path: str | Path) -> Pipeline:
+    """The same for a file's text from elsewhere (e.g. `git show REF:FILE`); `path` names it in messages and
+    is where relative paths in it resolve from."""
+    from mlbench.config.loader import load_yaml_text
+
+    return _validated(load_yaml_text(text, path), Path(path))
+
+
+def _validated(loaded: Any, path: Path) -> Pipeline:
     try:
         config = PipelineConfig.model_validate(loaded.data)
     except ValidationError as exc:
@@ -202,4 +213,4 @@ def load_pipeline(path: str | Path) -> Pipeline:
     problems = _yaml11_switches(config, loaded) or _check_references(config, loaded)
     if problems:
         raise PipelineInvalid(problems)
-    return Pipeline(config=config, path=path.resolve(), sha256=loaded.sha256)
+    return Pipeline(config=config, path=path, sha256=loaded.sha256)

@@ -62,7 +62,8 @@ def _trends(report: RunReport, pipeline: Pipeline, runs: int = 30) -> dict:
     if not pipeline.config.history.enabled or not path.exists():
         return {}
     try:
-        return metric_series(path, "latency.median", pipeline=report.pipeline.name, limit=runs)
+        series = metric_series(path, "latency.median", pipeline=report.pipeline.name, limit=runs)
+        return {key.variant_id: points for key, points in series.items()}
     except (UserError, OSError) as exc:
         logging.getLogger("mlbench.report").warning("no trends in the HTML report: %s", exc)
         return {}
