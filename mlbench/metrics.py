@@ -125,9 +125,18 @@ ESTIMATE_MARK = "≈"
 one table cell or line) as strikethrough."""
 
 
+SOURCE_MARKS = {"measured": "", "emulated": "†", "estimated": ESTIMATE_MARK}
+"""How a figure shows where it came from in text; each report's legend explains the marks."""
+
+
 def estimate_mark(source: str | None) -> str:
-    """The mark an estimated figure carries in text; measured (and emulated) figures carry none."""
+    """The mark an estimated figure carries in text; measured and emulated figures carry none of it."""
     return ESTIMATE_MARK if source == "estimated" else ""
+
+
+def source_mark(source: str | None) -> str:
+    """`≈` for an estimate, `†` for an emulated figure, nothing for a measurement."""
+    return SOURCE_MARKS.get(source or "", "")
 
 
 def format_ms(value: float | None) -> str:

@@ -48,6 +48,16 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         path = pipeline.report_dir / name
         write_atomic(path, render(report))
         written[fmt] = path
+    if "markdown" in written:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
+        from mlbench.report.markdown import FULL_NAME
+
+        full = pipeline.report_dir / FULL_NAME
+        whole = render_markdown(report, limit=None)
+        if whole != written["markdown"].read_text(encoding="utf-8"):
+            write_atomic(full, whole)
+            written["markdown-full"] = full
+        else:
+            full.unlink(missing_ok=True)  # a stale one from an earlier, bigger run would mislead
     return written
 
 
