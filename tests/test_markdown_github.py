@@ -7,8 +7,6 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-import pytest
-
 from mlbench.compare.comparison import compare
 from mlbench.metrics import ESTIMATE_MARK
 from mlbench.records import ArtifactInfo, Metric, OpPlacement, Placement

@@ -137,7 +137,7 @@ def test_against_a_git_revision(tmp_path, capsys):
     assert "(not in that revision)" in out and "| variants | 0 → 8 (+8 added, −0 removed, 0 changed, 0 unchanged) |" in out
     assert main(["plan", str(path), "--against", "no-such-branch"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"{path}: --against no-such-branch: ") and "\n" == err[-1] and err.count("\n") == 1
+    assert err.startswith(f"{path}: --against no-such-branch: ") and err[-1] == "\n" and err.count("\n") == 1
 
 
 def test_the_repositorys_pipelines_against_themselves():
