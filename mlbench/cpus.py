@@ -57,9 +57,9 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_CGROUP) 
     rel = own.get("cpu", "").lstrip("/")
     for base in (root / "cpu", root / "cpu,cpuacct", root / "cpuacct,cpu"):
         for folder in ([base / rel] if rel else []) + [base]:
-            quota, period = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
-            if quota is not None and period is not None:
-                return _ratio(quota, period)
+            quota_us, period_us = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+            if quota_us is not None and period_us is not None:
+                return _ratio(quota_us, period_us)
     return None
 
 

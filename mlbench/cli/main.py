@@ -191,7 +191,8 @@ exit codes:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from mlbench.cli import compare, history, plan
+    from mlbench.cli.compare import register as register_compare
+    from mlbench.cli.history import register as register_history
     from mlbench.cli.parsing import HelpFormatter, add_command, add_format
 
     parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.",
@@ -206,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_format(p, "text", "json")
     p.set_defaults(func=cmd_validate)
 
-    plan.register(sub)
+    from mlbench.cli.plan import register as register_plan
+
+    register_plan(sub)
 
     p = add_command(sub, "run", "export, measure and report every variant",
                     "Exports each artifact once (cached by content), measures every variant one at a time,\n"
@@ -264,8 +267,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
     p.set_defaults(func=cmd_schema)
 
-    compare.register(sub)
-    history.register(sub)
+    register_compare(sub)
+    register_history(sub)
     return parser
 
 

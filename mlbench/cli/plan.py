@@ -11,9 +11,13 @@ import argparse
 import json
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlbench.cli.parsing import add_command
 from mlbench.errors import UserError
+
+if TYPE_CHECKING:
+    from mlbench.config.pipeline import PipelineConfig
 
 
 def _plan_table(args: argparse.Namespace) -> int:
@@ -71,6 +75,7 @@ def _diff(args: argparse.Namespace) -> int:
     from mlbench.config.load import load_pipeline, load_pipeline_text
     from mlbench.plan_diff import diff_plans
 
+    base: PipelineConfig | None
     if args.diff:
         base_path, head_path = args.diff
         base, base_label = load_pipeline(base_path).config, base_path

@@ -21,8 +21,8 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
     TREND_COLOR,
     TrendPoint,
     hatch_defs,
-    latency_chart,
     label_width,
+    latency_chart,
     latency_legend,
     placement_chart,
 )
