@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from html import escape
 
 from mlbench.backends.registry import devices
-from mlbench.metrics import ESTIMATE_MARK, headline
+from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
 from mlbench.records import RunRecord, RunReport
 from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
     LABEL_W,
@@ -74,7 +74,7 @@ def _table(records: Sequence[RunRecord]) -> str:
             fmt_metric(r.metrics.get("latency.median")), fmt_metric(r.metrics.get("latency.best")),
             fmt_metric(r.metrics.get("latency.p90")),
             fmt_metric(r.metrics.get("load_time")),
-            (("†" if r.verify.source == "emulated" else "") + f"{r.verify.max_rel:.2e}") if r.verify else "–",
+            (source_mark(r.verify.source) + f"{r.verify.max_rel:.2e}") if r.verify else "–",
             fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
         ]

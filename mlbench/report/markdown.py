@@ -8,13 +8,11 @@ from __future__ import annotations
 from mlbench.backends.base import REFERENCE
 from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
-from mlbench.metrics import ESTIMATE_MARK, SOURCE_MARKS, MetricInfo, columns, estimate_mark, format_ms, source_mark
+from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.report.markdown_layout import COMMENT_LIMIT, Column, Section, fit_comment, render_table
 from mlbench.units import human_bytes
 
-SOURCE_MARK = SOURCE_MARKS
-"""How a figure shows where it came from; the legend under the title explains each mark."""
 FULL_NAME = "report.full.md"
 """Where the whole Markdown report goes when report.md had to be cut to fit a comment."""
 
@@ -56,10 +54,10 @@ def _verify(record: RunRecord) -> str:
         return "reference" if "verify" in record.details else "–"
     mark = "" if record.verify.passed else " ✗"
     if record.verify.note:
-        mark += " (reference ≈ 0: uninformative)"
+        mark += " (reference near 0: uninformative)"  # not ≈, which marks an estimate
     if record.verify.samples > 1:
         mark += f" ({record.verify.samples} samples)"
-    return f"{SOURCE_MARK.get(record.verify.source, '')}{record.verify.max_rel:.2e}{mark}"
+    return f"{source_mark(record.verify.source)}{record.verify.max_rel:.2e}{mark}"
 
 
 def _note(record: RunRecord) -> str:
