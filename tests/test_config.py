@@ -177,5 +177,8 @@ def test_yaml11_booleans_are_refused_where_text_or_a_switch_is_expected(write_pi
         f"{path}:21:20: history.enabled: write false instead of off: YAML 1.2 (editors, schema checkers) reads it as text"
     ]
     path = write_pipeline(text.replace("name: on", "name: 'on'").replace("[No]", "[float32]")
+                          .replace("kwargs: {weights: null}", "kwargs: {weights: null, flags: [[on], {a: yes}]}")
                           + "history: {enabled: false}\n")
-    assert load_pipeline(path).config.name == "on"
+    config = load_pipeline(path).config
+    assert config.name == "on"
+    assert config.models[0].kwargs["flags"] == [[True], {"a": True}]  # a factory's own arguments: passed as read

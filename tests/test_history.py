@@ -137,7 +137,7 @@ def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
     assert out.startswith(f"2 runs of pipeline tiny in {db}, oldest first\n")
     for run in runs:
         assert f"\n{run.run_id}  {run.created}  tiny " in out
-    assert "latency.median per variant, oldest → newest (~ estimated):" in out
+    assert "latency.median per variant, oldest → newest (≈ estimated):" in out
     assert "tiny_cnn/torch/cpu/float32     2" in out
 
     assert main(["history", "--db", str(db), "--model", "nope"]) == 0

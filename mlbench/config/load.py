@@ -100,8 +100,16 @@ def _yaml11_switches(config: PipelineConfig, loaded: Any) -> list[UserError]:
     errors = []
     for loc, word in loaded.yaml11_booleans().items():
         node: Any = config
-        for part in loc[:-1]:
-            node = node[part] if isinstance(part, int) else getattr(node, str(part), None)
+        for part in loc[:-1]:  # down the validated models; free-form values (kwargs) hold no settings
+            if isinstance(node, BaseModel) and isinstance(part, str):
+                node = getattr(node, part, None)
+            elif isinstance(node, dict) and isinstance(part, str):
+                node = node.get(part)
+            elif isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                node = None
+                break
         if isinstance(node, BaseModel) and loc and loc[-1] in type(node).model_fields:
             line, col = loaded.locate(loc) or (None, None)
             errors.append(UserError(f"write {str(getattr(node, str(loc[-1]))).lower()} instead of {word}: YAML 1.2 "
