@@ -87,7 +87,7 @@ def _placement(record: RunRecord) -> tuple[str, str]:
 
 
 def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
-    """An extra column's figure (`~` when estimated), with measured ÷ estimated where this machine
+    """An extra column's figure (`≈` when estimated), with measured ÷ estimated where this machine
     measured what the estimate predicts."""
     metric = record.metrics.get(column.name)
     text = fmt_metric(metric)
