@@ -7,6 +7,9 @@ import platform
 import socket
 from importlib import metadata
 
+from mlbench import __version__
+from mlbench.cpus import available_cpus
+
 CORE_PACKAGES = ("mlbench", "numpy", "pydantic")
 """Always recorded; each backend adds the packages its figures depend on (its spec's `packages`)."""
 
@@ -53,8 +56,10 @@ def snapshot() -> dict[str, object]:
         "os_version": platform.mac_ver()[0] or platform.version(),
         "arch": platform.machine(),
         "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
+        "cpu_count": available_cpus(),  # what this run could use: affinity and container quota honoured
+        "cpu_count_host": os.cpu_count(),
         "python": platform.python_version(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,  # a busy machine skews timings
-        "packages": {name: package_version(name) for name in packages()},
+        # mlbench's own version from the code that runs (its distribution is called mlbench-ondevice)
+        "packages": {name: __version__ if name == "mlbench" else package_version(name) for name in packages()},
     }

@@ -120,6 +120,25 @@ def headline() -> list[str]:
     return ["latency.median", *shares[:1], "verify.max_rel"]
 
 
+ESTIMATE_MARK = "≈"
+"""Marks an estimated figure in every text report. Not `~`: GitHub renders `~a~` (two estimates in
+one table cell or line) as strikethrough."""
+
+
+SOURCE_MARKS = {"measured": "", "emulated": "†", "estimated": ESTIMATE_MARK}
+"""How a figure shows where it came from in text; each report's legend explains the marks."""
+
+
+def estimate_mark(source: str | None) -> str:
+    """The mark an estimated figure carries in text; measured and emulated figures carry none of it."""
+    return ESTIMATE_MARK if source == "estimated" else ""
+
+
+def source_mark(source: str | None) -> str:
+    """`≈` for an estimate, `†` for an emulated figure, nothing for a measurement."""
+    return SOURCE_MARKS.get(source or "", "")
+
+
 def format_ms(value: float | None) -> str:
     """Milliseconds with the digits that matter at that size; – when absent."""
     if value is None:

@@ -4,14 +4,17 @@ this mlbench accepts (every `mlbench ...` line is parsed by the real argument pa
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from mlbench.cli.compare import register
 from mlbench.cli.main import build_parser
 from mlbench.cli.main import main as cli_main
 from mlbench.config.load import load_pipeline
@@ -27,11 +30,7 @@ def load(name: str) -> dict:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = build_parser()
-    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
-    if "compare" not in sub.choices:  # until mlbench.cli.main registers them itself
-        register(sub)
-    return p
+    return build_parser()
 
 
 def mlbench_commands(workflow: dict, env: dict[str, str]) -> list[list[str]]:
@@ -106,3 +105,77 @@ def test_workflows_pin_action_versions(name):
 def test_example_paths_exist():
     assert sorted(p.name for p in CI.glob("*.yml")) == ["nightly.yml", "pull-request.yml"]
     assert Path(ROOT / load("nightly.yml")["env"]["PIPELINE"]).is_file()
+
+
+def _pyproject() -> dict:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _installs(workflow: dict) -> list[str]:
+    """What each `pip install` line installs, with the workflow's env expanded."""
+    env = workflow.get("env", {})
+    lines = [line.strip() for s in steps(workflow) for line in s.get("run", "").splitlines() if "pip install" in line]
+    return [re.sub(r'"?\$\{?(\w+)\}?"?', lambda m: env.get(m.group(1), m.group(0)), line).split("pip install", 1)[1].strip()
+            for line in lines]
+
+
+def test_workflows_install_mlbench_itself_not_the_users_repository():
+    name = _pyproject()["project"]["name"]
+    assert name != "mlbench"  # another project's name on the package index
+    assert _installs(load("pull-request.yml")) == [name]  # the core: no torch, no coremltools
+    assert _installs(load("nightly.yml")) == [f"{name}[coreml]"]
+    extras = _pyproject()["project"]["optional-dependencies"]
+    assert not any(d.split(">")[0].split("[")[0] in ("torch", "coremltools", "onnxruntime")
+                   for d in _pyproject()["project"]["dependencies"])
+    assert {"torch", "coreml", "onnxruntime", "dask", "all", "dev"} <= set(extras)
+    assert f"{name}[all]" in extras["dev"]  # `pip install -e ".[dev]"` still installs everything
+    for workflow in (load("pull-request.yml"), load("nightly.yml")):
+        for step in steps(workflow):
+            assert step.get("with", {}).get("cache") != "pip", "setup-python's pip cache needs a requirements file"
+        cache = next(s for s in steps(workflow) if s.get("uses", "").startswith("actions/cache@"))
+        assert "pip" in cache["with"]["path"] and "${{ env.MLBENCH }}" in cache["with"]["key"]
+
+
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("bash") is None, reason="needs git and bash")
+def test_pull_request_job_runs_in_a_fresh_repository_without_torch(tmp_path):
+    """The PR workflow's own scripts, in a repository that has only pipelines: validate passes, the plan
+    of a changed pipeline lands in plan.md and the summary, and no ML framework is imported."""
+    git = lambda cwd, *args: subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)  # noqa: E731
+    upstream, work = tmp_path / "upstream", tmp_path / "work"
+    (upstream / "pipelines").mkdir(parents=True)
+    for path in (ROOT / "pipelines").glob("*.yaml"):
+        shutil.copy(path, upstream / "pipelines" / path.name)
+    git(upstream, "init", "-q", "-b", "main")
+    git(upstream, "-c", "user.email=ci@example.com", "-c", "user.name=CI", "add", ".")
+    git(upstream, "-c", "user.email=ci@example.com", "-c", "user.name=CI", "commit", "-q", "-m", "pipelines")
+    subprocess.run(["git", "clone", "-q", str(upstream), str(work)], check=True, capture_output=True)
+    coreml = work / "pipelines" / "coreml.yaml"
+    coreml.write_text(coreml.read_text(encoding="utf-8").replace(
+        "compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]", "compute_units: [cpu_only, cpu_and_ne, all]"))
+    git(work, "-c", "user.email=ci@example.com", "-c", "user.name=CI", "commit", "-q", "-am", "no cpu_and_gpu")
+
+    bin_dir, heavy = tmp_path / "bin", tmp_path / "heavy.txt"
+    bin_dir.mkdir()
+    shim = bin_dir / "mlbench"
+    shim.write_text(f"#!{sys.executable}\nimport os, sys\nfrom mlbench.cli.main import main\nrc = main()\n"
+                    "open(os.environ['HEAVY'], 'a').write(' '.join(m for m in ('torch', 'coremltools', 'onnxruntime') "
+                    "if m in sys.modules))\nsys.exit(rc)\n")
+    shim.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT), "HEAVY": str(heavy),
+           "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"), "BASE_REF": "origin/main"}
+    workflow = load("pull-request.yml")
+    scripts = [s["run"] for s in steps(workflow) if "run" in s and "pip install" not in s["run"] and "gh pr" not in s["run"]]
+    assert len(scripts) == 2
+    for script in scripts:
+        result = subprocess.run(["bash", "-e", "-c", script], cwd=work, env=env, capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+    plan = (work / "plan.md").read_text(encoding="utf-8")
+    assert plan.startswith("## mlbench plan: `pipelines/coreml.yaml`")
+    assert "| variants | 51 → 39 (+0 added, −12 removed, 0 changed, 39 unchanged) |" in plan
+    assert "| artifacts to build | 15 → 15 (+0 added, −0 removed, 0 changed, 15 unchanged) |" in plan  # load-time only
+    assert "- `resnet18/coreml/float16/cpu_and_gpu/none`" in plan
+    assert (tmp_path / "summary.md").read_text(encoding="utf-8") == plan
+    assert heavy.read_text() == ""

@@ -110,11 +110,11 @@ def test_a_variant_pushed_off_the_neural_engine_regresses():
     assert groups == {"m/coreml/all": "regressed", "n/coreml/all": "unchanged"}  # -2 pp is within -5pp
     finding = result.variants[0].findings[0]
     assert finding.rule == "placement.neural_engine:-5pp"
-    assert finding.message == "~95.0% → ~0.0% (-95.0 pp)"  # estimates carry ~
+    assert finding.message == "≈95.0% → ≈0.0% (-95.0 pp)"  # estimates carry ≈
     assert result.regressed and result.counts["regressed"] == 1
     text = render_comparison_markdown(result)
     assert "**Regression**: `m/coreml/all`" in text
-    assert "| `m/coreml/all` | `placement.neural_engine:-5pp` | ~95.0% → ~0.0% (-95.0 pp) | – |" in text
+    assert "| `m/coreml/all` | `placement.neural_engine:-5pp` | ≈95.0% → ≈0.0% (-95.0 pp) | – |" in text
 
 
 def test_noise_guard_holds_back_a_threshold_crossing_the_samples_do_not_support():

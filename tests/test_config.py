@@ -72,7 +72,7 @@ def test_bad_axis_value_points_at_the_value(write_pipeline):
 def test_unknown_backend_suggests(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("backend: torch", "backend: troch"))
     assert error_lines(path) == [
-        f"{path}:11:5: targets[0]: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime)"
+        f"{path}:11:14: targets[0].backend: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime)"
     ]
 
 
@@ -161,3 +161,24 @@ def test_two_targets_giving_one_variant_differently(write_pipeline):
         f"{path}:14:5: targets[1]: gives variant resnet18/torch/cpu/float32 again, with other options than "
         "targets[0]; a variant id must name one configuration"
     ]
+
+
+def test_yaml11_booleans_are_refused_where_text_or_a_switch_is_expected(write_pipeline):
+    """PyYAML reads on/off/yes/no as booleans (YAML 1.1); editors read them as text (YAML 1.2)."""
+    text = ISSUE_EXAMPLE.replace("name: quickstart", "name: on").replace("precision: [float32]", "precision: [No]")
+    path = write_pipeline(text + "history: {enabled: off}\n")
+    assert error_lines(path) == [
+        f"{path}:3:7: name: on reads as a boolean here (YAML 1.1); quote it: 'on'",
+        f"{path}:13:17: targets[0].precision[0]: 'No' is not allowed; expected 'float32', 'float16' or 'bfloat16'",
+    ]
+    path = write_pipeline(text.replace("name: on", "name: 'on'").replace("[No]", "[float32]")
+                          + "history: {enabled: off}\n")
+    assert error_lines(path) == [
+        f"{path}:21:20: history.enabled: write false instead of off: YAML 1.2 (editors, schema checkers) reads it as text"
+    ]
+    path = write_pipeline(text.replace("name: on", "name: 'on'").replace("[No]", "[float32]")
+                          .replace("kwargs: {weights: null}", "kwargs: {weights: null, flags: [[on], {a: yes}]}")
+                          + "history: {enabled: false}\n")
+    config = load_pipeline(path).config
+    assert config.name == "on"
+    assert config.models[0].kwargs["flags"] == [[True], {"a": True}]  # a factory's own arguments: passed as read

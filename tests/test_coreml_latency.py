@@ -141,11 +141,13 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(write
     by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in result.records}
     assert by_id["tiny/coreml/float16/all/none"] < by_id["tiny/coreml/float32/cpu_only/none"]
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| ~ms a17pro | ~ms m1 |" in markdown
+    assert "| ≈ms a17pro | ≈ms m1 |" in markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| `coreml/float16/all/none`"))
     cells = [c.strip() for c in row.split("|")]
-    assert cells[6].startswith("~") and cells[7].startswith("~")  # the estimate columns, marked
-    assert "_~ms a17pro_, _~ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    header = next(line for line in markdown.splitlines() if line.startswith("| Variant"))
+    names = [c.strip() for c in header.split("|")]
+    assert cells[names.index("≈ms a17pro")].startswith("≈") and cells[names.index("≈ms m1")].startswith("≈")
+    assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
 
 
 def test_markdown_shows_measured_over_estimated_where_the_machine_measured_it():
@@ -155,8 +157,8 @@ def test_markdown_shows_measured_over_estimated_where_the_machine_measured_it():
                                                   measured_as="latency.median")
     mine.metrics["latency.estimated.a17pro"] = Metric(value=1.0, unit="ms", source="estimated", band=band)
     text = render_markdown(report([mine]))
-    assert "| ~ms m1 | ~ms a17pro |" in text
-    assert "| ~1.60 (measured ×1.25) | ~1.00 |" in text
+    assert "| ≈ms m1 | ≈ms a17pro |" in text
+    assert "| ≈1.60 (measured ×1.25) | ≈1.00 |" in text
     assert "off by ×1.20 typically, ×2.00 at worst (9 rows)" in text
 
 
@@ -173,7 +175,7 @@ def test_compare_gates_on_an_estimated_chip_latency():
 
     result = compare(run(1.0), run(1.3), [rule])
     assert result.regressed
-    assert result.variants[0].findings[0].message.startswith("~1.00 ms → ~1.30 ms (+30.0%)")
+    assert result.variants[0].findings[0].message.startswith("≈1.00 ms → ≈1.30 ms (+30.0%)")
     assert not compare(run(1.0), run(1.05), [rule]).regressed
 
 

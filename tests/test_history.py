@@ -12,6 +12,7 @@ from mlbench.cli.main import main
 from mlbench.store.history import (
     SCHEMA_VERSION,
     HistoryError,
+    SeriesKey,
     connect,
     list_runs,
     load_report,
@@ -39,8 +40,8 @@ def test_runs_round_trip_and_trends(tmp_path):
     assert loaded == first and row.summary == first.summary
     assert loaded.records[0].latency.samples == [1.0] * 6  # raw samples kept for the noise test
     series = metric_series(db, "latency.median")
-    assert [p.value for p in series["m/torch/cpu"]] == [1.0, 1.5]
-    assert [p.value for p in series["n/torch/cpu"]] == [2.0, 3.0]
+    assert [p.value for p in series[SeriesKey("p", "m/torch/cpu")]] == [1.0, 1.5]
+    assert [p.value for p in series[SeriesKey("p", "n/torch/cpu")]] == [2.0, 3.0]
     assert resolve(db, "last")[0].run_id == "run0000002"
     assert resolve(db, "last", exclude=("run0000002",))[0].run_id == "run0000001"
     with pytest.raises(HistoryError, match="no earlier run of pipeline 'p' on this machine"):
@@ -136,7 +137,7 @@ def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
     assert out.startswith(f"2 runs of pipeline tiny in {db}, oldest first\n")
     for run in runs:
         assert f"\n{run.run_id}  {run.created}  tiny " in out
-    assert "latency.median per variant, oldest → newest (~ estimated):" in out
+    assert "latency.median per variant, oldest → newest (≈ estimated):" in out
     assert "tiny_cnn/torch/cpu/float32     2" in out
 
     assert main(["history", "--db", str(db), "--model", "nope"]) == 0

@@ -56,12 +56,12 @@ def test_self_contained_no_network_no_script():
 def test_latency_bars_are_to_scale_and_absent_figures_say_why():
     text = render_html(sample_report())
     bars = {re.search(r"<title>([^:]+):", m.group(0)).group(1): float(m.group(1))
-            for m in re.finditer(r'<rect class="bar median" x="\d+" y="[\d.]+" width="([\d.]+)"[^>]*><title>[^<]*', text)}
+            for m in re.finditer(r'<rect class="bar median \w+" x="\d+" y="[\d.]+" width="([\d.]+)"[^>]*><title>[^<]*', text)}
     assert set(bars) == {"m/torch/cpu", "m/torch/fast", "m/coreml/all"}
     assert bars["m/torch/cpu"] / bars["m/torch/fast"] == pytest.approx(1.2 / 0.6, rel=0.01)
-    assert 'fill="url(#est)"' in text and "~0.400 ms" in text  # the estimate is hatched and marked
+    assert 'fill="url(#est-latency)"' in text and "≈0.400 ms" in text  # the estimate is hatched and marked
     assert "not timed: Core ML runs only on macOS" in text
-    assert "~ANE 95% CPU 5%, 2 switches" in text and "ANE 0%" not in text
+    assert "≈ANE 95% CPU 5%, 2 switches" in text and "ANE 0%" not in text
     assert "failed: measure: boom" in text
 
 
@@ -122,8 +122,8 @@ def test_chromium_draws_every_chart(tmp_path):
     assert _count(image, blended) > 2000
     for device in devices().values():
         name, color = device.label, device.color
-        if name != "GPU":
-            assert _count(image, color) > 500, name
+        if name != "GPU":  # the Neural Engine's share is estimated here: hatched, so fewer pixels of its colour
+            assert _count(image, color) > 300, name
     assert _count(image, TREND_COLOR) > 100
 
 
@@ -144,4 +144,4 @@ def test_a_run_writes_the_html_report_with_trends(write_pipeline, tiny_pipeline_
                              "--disable-background-networking", f"--user-data-dir={tmp_path / 'profile'}",
                              "--dump-dom", (tmp_path / "out" / "report.html").as_uri()],
                             capture_output=True, text=True, timeout=120, check=True)
-    assert result.stdout.count("<svg") == 2 and 'class="trend-line"' in result.stdout  # latency + trend
+    assert result.stdout.count('<svg class="chart ') == 2 and 'class="trend-line"' in result.stdout  # latency + trend

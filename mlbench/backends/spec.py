@@ -47,7 +47,7 @@ class MetricFamily:
     """What follows the prefix, in words, e.g. `chip` (shown as `latency.estimated.<chip>`)."""
     unit: str
     label: str
-    """Column or row label; `{name}` stands for what follows the prefix, e.g. `~ms {name}`."""
+    """Column or row label; `{name}` stands for what follows the prefix, e.g. `≈ms {name}`."""
     describe: str
     """One line on what the figures are, for the notes under a report's table."""
     better: Literal["lower", "higher"] | None = None

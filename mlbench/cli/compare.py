@@ -1,6 +1,6 @@
-"""`mlbench compare` and `mlbench history`: the command-line side of compare.py and history.py.
+"""`mlbench compare`: the command-line side of mlbench/compare (and the history helpers `history` shares).
 
-`register(subparsers)` adds both commands to the main parser. Exit codes of compare: 0 no
+`register(subparsers)` adds the command to the main parser. Exit codes of compare: 0 no
 regression, 1 a regression, 2 bad input (a missing file, a bad rule, an unknown run).
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mlbench.cli.parsing import add_command, add_format
 from mlbench.errors import UserError
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ HISTORY_HELP = ("run history database (default: the --pipeline file's history, e
                 "else mlbench-history.sqlite beside the default cache folder)")
 
 
-def _db_path(args: argparse.Namespace, pipeline) -> Path:
+def db_path(args: argparse.Namespace, pipeline) -> Path:
     from mlbench.store.history import default_history_path
 
     if args.db:
@@ -31,7 +31,7 @@ def _db_path(args: argparse.Namespace, pipeline) -> Path:
     return default_history_path()
 
 
-def _pipeline(args: argparse.Namespace):
+def pipeline_of(args: argparse.Namespace):
     if not args.pipeline:
         return None
     from mlbench.config.load import load_pipeline
@@ -116,7 +116,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from mlbench.compare.comparison import RuleError, compare, default_rules, parse_rules
     from mlbench.store.history import HistoryError
 
-    pipeline = _pipeline(args)
+    pipeline = pipeline_of(args)
     texts = args.fail_on or (list(pipeline.config.report.gate) if pipeline is not None else []) or default_rules()
     try:
         rules = parse_rules(texts)
@@ -125,7 +125,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not 0 < args.alpha < 1:
         raise UserError(f"--alpha: {args.alpha:g} is not between 0 and 1")
 
-    db = _db_path(args, pipeline)
+    db = db_path(args, pipeline)
     base, head = _Operand(args.base), _Operand(args.head)
     base.load_file()
     head.load_file()
@@ -162,86 +162,24 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if comparison.regressed else 0
 
 
-SPARKS = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: list[float]) -> str:
-    if not values:
-        return ""
-    lo, hi = min(values), max(values)
-    if hi == lo:
-        return SPARKS[3] * len(values)
-    return "".join(SPARKS[round((v - lo) / (hi - lo) * (len(SPARKS) - 1))] for v in values)
-
-
-def _table(rows: list[list[str]], right: Collection[int] = frozenset()) -> list[str]:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-            for r in rows]
-
-
-def cmd_history(args: argparse.Namespace) -> int:
-    from mlbench.config.base import suggest
-    from mlbench.metrics import format_value, info, known_names
-    from mlbench.store.history import list_runs, metric_series
-
-    pipeline = _pipeline(args)
-    db = _db_path(args, pipeline)
-    name = pipeline.config.name if pipeline is not None else args.name
-    runs = list_runs(db, pipeline=name, model=args.model, limit=args.limit)
-    scope = "".join([f" of pipeline {name}" if name else "", f" with model {args.model}" if args.model else ""])
-    if not runs:
-        print(f"no runs{scope} in {db}")
-        return 0
-    print(f"{len(runs)} runs{scope} in {db}, oldest first")
-    rows = [["run", "created", "pipeline", "commit", "machine", "ok", "failed", "skipped"]]
-    for r in runs:
-        rows.append([r.run_id, r.created, r.pipeline_name, (r.git_commit or "–")[:10], r.machine_words[:40],
-                     *(str(r.summary.get(s, 0)) for s in ("ok", "failed", "skipped"))])
-    print("\n".join(_table(rows, right={5, 6, 7})))
-
-    series = metric_series(db, args.metric, pipeline=name, model=args.model, limit=args.limit)
-    if not series:
-        hint = suggest(args.metric, known_names())
-        print(f"\nno figures of {args.metric} in these runs{hint}")
-        return 0
-    rows = [["variant", "runs", "first", "last", "change", "trend"]]
-    without = 0
-    for variant_id, points in series.items():
-        values = [p for p in points if p.value is not None]
-        if not values:
-            without += 1  # e.g. Core ML variants recorded on Linux, where they are not timed
-            continue
-        figures = [p.value for p in values if p.value is not None]
-        first, last = values[0], values[-1]
-        change = f"{(figures[-1] / figures[0] - 1) * 100:+.1f}%" if figures[0] else "–"
-        mark = lambda p: "~" if p.source == "estimated" else ""  # noqa: E731
-        known = info(args.metric)
-        unit = known.unit if known is not None else ""
-        rows.append([variant_id, str(len(values)), mark(first) + format_value(first.value, unit),
-                     mark(last) + format_value(last.value, unit), change, sparkline(figures)])
-    print(f"\n{args.metric} per variant, oldest → newest (~ estimated):")
-    print("\n".join(_table(rows, right={1, 2, 3, 4})))
-    if without:
-        print(f"({without} more variants have no {args.metric} in these runs: absent, with the reason, in their reports)")
-    return 0
-
-
 def register(subparsers) -> None:
-    """Add `compare` and `history` to mlbench's subcommands."""
+    """Add `compare` to mlbench's subcommands."""
     from mlbench.compare.noise import DEFAULT_ALPHA
 
-    p = subparsers.add_parser(
-        "compare", help="compare two runs and gate regressions (exit 1 on a regression)",
-        description="BASE and HEAD are report.json files (or their folders) or history references: last, "
-        "last-on-this-machine, or a run id. Rules: METRIC:+N%%, METRIC:-Npp, METRIC:>N, status:failed; "
-        "default: --fail-on rules, else the --pipeline file's report.gate, else "
-        "latency.median:+10%%, placement.neural_engine:-5pp, status:failed.",
+    p = add_command(
+        subparsers, "compare", "compare two runs and gate regressions (exit 1 on a regression)",
+        "BASE and HEAD are report.json files (or their folders) or history references: last,\n"
+        "last-on-this-machine, or a run id.\n\n"
+        "Rules: METRIC:+N% (a relative change), METRIC:-Npp (percentage points), METRIC:>N (a limit),\n"
+        "status:failed. Default: the --fail-on rules, else the --pipeline file's report.gate, else\n"
+        "latency.median:+10%, placement.neural_engine:-5pp, status:failed.\n\n"
+        "Exit codes: 0 no regression, 1 a regression, 2 bad input (a missing file, a bad rule, an unknown run).",
     )
-    p.add_argument("base", metavar="BASE")
-    p.add_argument("head", metavar="HEAD")
-    p.add_argument("--fail-on", action="append", metavar="RULE", help="a regression rule (repeatable)")
-    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("base", metavar="BASE", help="the run before: a report.json, its folder or a history reference")
+    p.add_argument("head", metavar="HEAD", help="the run after, the same way")
+    p.add_argument("--fail-on", action="append", metavar="RULE",
+                   help="a regression rule, e.g. latency.median:+10%%; repeatable")
+    add_format(p, "markdown", "json")
     p.add_argument("--pipeline", metavar="FILE", help="take gate rules and the history path from this pipeline")
     p.add_argument("--db", metavar="PATH", help=HISTORY_HELP)
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
@@ -249,12 +187,3 @@ def register(subparsers) -> None:
     p.add_argument("--allow-missing-base", action="store_true",
                    help="exit 0 with a note when BASE is a history reference and no earlier run exists")
     p.set_defaults(func=cmd_compare)
-
-    p = subparsers.add_parser("history", help="list recorded runs and a metric's trend per variant")
-    p.add_argument("--model", metavar="M", help="only runs (and variants) of this model")
-    p.add_argument("--metric", default="latency.median", metavar="NAME", help="trend of this metric (default latency.median)")
-    p.add_argument("--pipeline", metavar="FILE", help="only runs of this pipeline, from its history")
-    p.add_argument("--name", metavar="PIPELINE", help="only runs of the pipeline with this name")
-    p.add_argument("--db", metavar="PATH", help=HISTORY_HELP)
-    p.add_argument("--limit", type=int, default=20, metavar="N", help="the newest N runs (default 20)")
-    p.set_defaults(func=cmd_history)

@@ -1,7 +1,8 @@
-"""The `mlbench` command: a thin layer over the Python API.
+"""The `mlbench` command: a thin layer over the Python API. `plan`, `compare` and `history` live in their
+own modules beside this one.
 
-Exit codes: 0 success, 1 some variant failed, 2 a user error (one line each, never a traceback),
-130 interrupted.
+Exit codes (also in `mlbench --help`): 0 success, 1 some variant failed, 2 a user error (one line
+each, never a traceback), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -20,45 +21,27 @@ def _err(text: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mlbench.config.load import load_pipeline
+    from mlbench.config.load import PipelineInvalid, load_pipeline
 
     failed = 0
+    results = []
     for path in args.files:
         try:
             load_pipeline(path)
         except UserError as exc:
             failed += 1
-            _err(str(exc))
+            errors = exc.errors if isinstance(exc, PipelineInvalid) else [exc]
+            results.append({"file": path, "ok": False, "errors": [
+                {"line": e.line, "col": e.col, "where": e.where, "message": e.what} for e in errors]})
+            if args.format == "text":
+                _err(str(exc))
         else:
-            if not args.quiet:
+            results.append({"file": path, "ok": True, "errors": []})
+            if args.format == "text" and not args.quiet:
                 print(f"{path}: ok")
+    if args.format == "json":
+        print(json.dumps(results, indent=2))
     return 2 if failed else 0
-
-
-def cmd_plan(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    from mlbench.config.load import load_pipeline
-    from mlbench.matrix import Plan, expand
-
-    pipeline = load_pipeline(args.file)
-    plan = Plan(expand(pipeline.config))
-    table = Table(title=f"{pipeline.config.name}: variants", title_justify="left")
-    headers = ("#", "variant", "artifact", "measurement-only axes")
-    for column in headers:
-        table.add_column(column, no_wrap=True)
-    rows = []
-    for i, v in enumerate(plan.variants, 1):
-        measured = ", ".join(f"{k}={val}" for k, val in v.axes if k not in v.artifact_axes) or "–"
-        rows.append((str(i), v.id, v.artifact_id, measured))
-        table.add_row(*rows[-1])
-    needed = sum(max(len(row[c]) for row in [headers, *rows]) + 3 for c in range(4)) + 1
-    console = Console(width=max(Console().width, needed))  # ids are never cut, even in a CI log
-    console.print(table)
-    console.print(f"{len(plan.variants)} variants, {len(plan.artifact_groups())} artifacts to build, "
-                  f"{len(plan.by_model())} models")
-    return 0
 
 
 def _executor_address(text: str | None) -> str | None:
@@ -125,11 +108,15 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
     cache = _cache(args)
     entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
+    label = lambda meta: meta.get("label") or meta.get("key_inputs", {}).get("backend", "?")  # noqa: E731
+    if args.format == "json":
+        print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries), "entries": [
+            {"key": e.key, "size_bytes": e.size_bytes, "last_used": datetime.fromtimestamp(e.last_used).isoformat(
+                timespec="seconds"), "label": label(e.meta), "path": str(e.path)} for e in entries]}, indent=2))
+        return 0
     for entry in entries:
-        meta = entry.meta
         used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
-        label = meta.get("label") or meta.get("key_inputs", {}).get("backend", "?")
-        print(f"{entry.key[:12]}  {format_size(entry.size_bytes):>9}  used {used}  {label}")
+        print(f"{entry.key[:12]}  {format_size(entry.size_bytes):>9}  used {used}  {label(entry.meta)}")
     print(f"{len(entries)} entries, {format_size(sum(e.size_bytes for e in entries))} in {cache.root}")
     return 0
 
@@ -193,26 +180,47 @@ def cmd_rules(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.")
-    parser.add_argument("--version", action="version", version=f"mlbench {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+EXIT_CODES = """\
+exit codes:
+  0    success
+  1    some variant failed (the others still ran; the report says why); for compare: a regression
+  2    a mistake in the input, one line each as FILE:LINE:COL: where: what
+  130  interrupted
 
-    p = sub.add_parser("validate", help="check pipeline files (fast; imports no ML framework)")
-    p.add_argument("files", nargs="+", metavar="FILE")
+`mlbench COMMAND --help` describes a command and every option."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from mlbench.cli.compare import register as register_compare
+    from mlbench.cli.history import register as register_history
+    from mlbench.cli.parsing import HelpFormatter, add_command, add_format
+
+    parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.",
+                                     epilog=EXIT_CODES, formatter_class=HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"mlbench {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = add_command(sub, "validate", "check pipeline files (fast; imports no ML framework)",
+                    "Each problem is one line, FILE:LINE:COL: where: what. Exit 2 when any file has one.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="pipeline files (YAML)")
     p.add_argument("-q", "--quiet", action="store_true", help="print only errors")
+    add_format(p, "text", "json")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("plan", help="show the variants a pipeline expands to")
-    p.add_argument("file", metavar="FILE")
-    p.set_defaults(func=cmd_plan)
+    from mlbench.cli.plan import register as register_plan
 
-    p = sub.add_parser("run", help="export, measure and report every variant")
-    p.add_argument("file", metavar="FILE")
+    register_plan(sub)
+
+    p = add_command(sub, "run", "export, measure and report every variant",
+                    "Exports each artifact once (cached by content), measures every variant one at a time,\n"
+                    "verifies it against eager PyTorch and writes the reports the pipeline asks for.\n"
+                    "Exit 1 when some variant failed; the others still ran.")
+    p.add_argument("file", metavar="FILE", help="a pipeline file")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-variant lines")
     p.add_argument("-v", "--verbose", action="store_true", help="a plain line per stage instead of the live display")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
-                   help="export worker processes (default: this machine's cores); measurements always run one at a time")
+                   help="export worker processes (default: the CPUs this process may use, after affinity and the "
+                   "container's quota); measurements always run one at a time")
     p.add_argument("--executor", metavar="dask://HOST:PORT", help="run on a Dask cluster (overrides the pipeline's executor)")
     p.add_argument("--resume", action="store_true", help="reuse the finished records of the last run's journal")
     p.set_defaults(func=cmd_run)
@@ -220,41 +228,47 @@ def build_parser() -> argparse.ArgumentParser:
     from mlbench.backends.spec import load_attr
 
     inspectors = _inspectors()
-    p = sub.add_parser("inspect", help="static analysis of an exported model: "
-                       + "; ".join(s.inspect.describe for s in inspectors))
-    p.add_argument("path", metavar="PATH")
+    p = add_command(sub, "inspect", "static analysis of an exported model",
+                    "Handled by the backend whose files end as PATH does: "
+                    + "; ".join(s.inspect.describe for s in inspectors) + ".")
+    p.add_argument("path", metavar="PATH", help="an exported model file or folder")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
     for spec in inspectors:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("rules", help="list the rules behind estimated figures, each with its source and confidence")
+    p = add_command(sub, "rules", "list the rules behind estimated figures, each with its source and confidence")
     p.add_argument("--json", action="store_true", help="print the rules as JSON")
     p.set_defaults(func=cmd_rules)
 
-    cache = sub.add_parser("cache", help="the content-addressed artifact cache")
-    cache_sub = cache.add_subparsers(dest="cache_command", required=True)
+    cache = add_command(sub, "cache", "the content-addressed artifact cache",
+                        "Exported artifacts, keyed by the sha256 of everything that shapes them.")
+    cache_sub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
     for name, func, helptext in (("ls", cmd_cache_ls, "list entries, most recently used first"),
-                                 ("info", cmd_cache_info, "one entry's metadata"),
-                                 ("prune", cmd_cache_prune, "evict least recently used entries"),
+                                 ("info", cmd_cache_info, "show one entry's metadata"),
+                                 ("prune", cmd_cache_prune, "evict least recently used entries down to a size"),
                                  ("clear", cmd_cache_clear, "remove every entry")):
-        p = cache_sub.add_parser(name, help=helptext)
+        p = add_command(cache_sub, name, helptext)
         p.add_argument("--dir", metavar="DIR", help="cache folder (default: $MLBENCH_CACHE_DIR, else the user cache dir)")
         p.set_defaults(func=func)
+        if name == "ls":
+            add_format(p, "text", "json")
         if name == "info":
             p.add_argument("key", metavar="KEY", help="a key or a unique prefix of at least 4 characters")
         if name == "prune":
             p.add_argument("--max-size", required=True, metavar="SIZE", help="e.g. 5GB, 500MB")
 
-    p = sub.add_parser("schema", help="print or write the JSON schemas")
-    p.add_argument("which", nargs="?", choices=("pipeline", "report"), default="pipeline")
+    p = add_command(sub, "schema", "print or write the JSON schemas",
+                    "pipeline.schema.json is what editors use to check pipeline files as you type\n"
+                    "(# yaml-language-server: $schema=...); report.schema.json describes report.json.")
+    p.add_argument("which", nargs="?", choices=("pipeline", "report"), default="pipeline",
+                   help="which schema to print (default pipeline)")
     p.add_argument("--write", metavar="DIR", help="write pipeline.schema.json and report.schema.json into DIR")
     p.set_defaults(func=cmd_schema)
 
-    from mlbench.cli.compare import register
-
-    register(sub)  # compare, history
+    register_compare(sub)
+    register_history(sub)
     return parser
 
 

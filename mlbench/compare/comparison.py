@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
 from mlbench.config.base import suggest
-from mlbench.metrics import catalog, compared_by_default, format_value, info, known_names
+from mlbench.metrics import catalog, compared_by_default, estimate_mark, format_value, info, known_names
 from mlbench.records import RunRecord, RunReport
 
 # What is compared, which metrics a rule may name, and which move in percentage points (fractions)
@@ -310,7 +310,7 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
     if not crossing:
         return
     kind = "regression" if crossing > 0 else "improvement"
-    mark = lambda source: "~" if source == "estimated" else ""  # noqa: E731  (estimates say so)
+    mark = estimate_mark  # estimates say so
     message = (f"{mark(d.base_source)}{format_value(d.base, d.unit)} → {mark(d.head_source)}{format_value(d.head, d.unit)} "
                f"({describe_change(d)})")
     if d.note:

@@ -9,8 +9,17 @@ from __future__ import annotations
 import difflib
 from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 T = TypeVar("T")
 
@@ -64,7 +73,19 @@ def _no_duplicates(values: list[Any]) -> list[Any]:
     return seen
 
 
-Axis = Annotated[list[T], BeforeValidator(_as_list), AfterValidator(_no_duplicates)]
+class _AxisJsonSchema:
+    """The schema says what validation does: one value, or a non-empty list without repeats.
+
+    Without this an editor would flag `device: cpu` (allowed) and accept `device: []` and
+    `device: [cpu, cpu]` (refused)."""
+
+    def __get_pydantic_json_schema__(self, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        array = dict(handler(core_schema))
+        item = array.get("items", {})
+        return {"anyOf": [item, {**array, "minItems": 1, "uniqueItems": True}]}
+
+
+Axis = Annotated[list[T], BeforeValidator(_as_list), AfterValidator(_no_duplicates), _AxisJsonSchema()]
 """A matrix axis: a list of values (a scalar is a one-value list), no duplicates, not empty."""
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from mlbench.config.base import suggest
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
@@ -55,7 +55,8 @@ def _message(error: Any) -> str:
         return f"{value!r} is not allowed; expected {ctx.get('expected', '')}"
     if kind == "union_tag_invalid":
         tags = [t.strip(" '") for t in str(ctx.get("expected_tags", "")).split(",")]
-        return f"unknown backend '{ctx.get('tag')}'{suggest(str(ctx.get('tag')), tags)} (backends: {', '.join(tags)})"
+        prop = str(ctx.get("discriminator", "backend")).strip("'")
+        return f"unknown {prop} '{ctx.get('tag')}'{suggest(str(ctx.get('tag')), tags)} ({prop}s: {', '.join(tags)})"
     if kind == "union_tag_not_found":
         return "missing required key 'backend'"
     if kind == "value_error":
@@ -66,19 +67,54 @@ def _message(error: Any) -> str:
     return message
 
 
+def _yaml11_message(error: Any, word: str) -> str | None:
+    """A YAML 1.1 boolean (on/off/yes/no) where text was expected: say so, with the fix."""
+    if error["type"] == "literal_error":
+        return f"'{word}' is not allowed; expected {error.get('ctx', {}).get('expected', '')}"
+    if error["type"] == "string_type":
+        return f"{word} reads as a boolean here (YAML 1.1); quote it: '{word}'"
+    return None
+
+
 def errors_from_validation(exc: ValidationError, loaded: Any) -> list[UserError]:
     errors: list[UserError] = []
     for error in exc.errors():
         loc = _data_loc(loaded.data, tuple(error["loc"]))
+        word = loaded.yaml11_boolean(loc) if isinstance(error.get("input"), bool) else None
+        message = (word and _yaml11_message(error, word)) or _message(error)
         as_key = False
         if error["type"] == "unknown_key":
             loc = (*loc, error["ctx"]["key"])
             as_key = True
-        elif error["type"] == "missing":
-            as_key = False
+        elif error["type"] == "union_tag_invalid":  # point at the tag's value, as a schema checker does
+            loc = (*loc, str(error["ctx"].get("discriminator", "")).strip("'"))
         position = loaded.locate(loc, key=as_key) or (None, None)
-        errors.append(UserError(_message(error), file=loaded.path, line=position[0], col=position[1],
+        errors.append(UserError(message, file=loaded.path, line=position[0], col=position[1],
                                 where=format_where(loc) or None))
+    return errors
+
+
+def _yaml11_switches(config: PipelineConfig, loaded: Any) -> list[UserError]:
+    """`enabled: yes` is true to mlbench (YAML 1.1) but the text "yes" to an editor (YAML 1.2), which
+    then flags it; a boolean setting takes true or false, which both read alike."""
+    errors = []
+    for loc, word in loaded.yaml11_booleans().items():
+        node: Any = config
+        for part in loc[:-1]:  # down the validated models; free-form values (kwargs) hold no settings
+            if isinstance(node, BaseModel) and isinstance(part, str):
+                node = getattr(node, part, None)
+            elif isinstance(node, dict) and isinstance(part, str):
+                node = node.get(part)
+            elif isinstance(node, (list, tuple)) and isinstance(part, int) and part < len(node):
+                node = node[part]
+            else:
+                node = None
+                break
+        if isinstance(node, BaseModel) and loc and loc[-1] in type(node).model_fields:
+            line, col = loaded.locate(loc) or (None, None)
+            errors.append(UserError(f"write {str(getattr(node, str(loc[-1]))).lower()} instead of {word}: YAML 1.2 "
+                                    "(editors, schema checkers) reads it as text", file=loaded.path, line=line,
+                                    col=col, where=format_where(loc)))
     return errors
 
 
@@ -166,12 +202,23 @@ def load_pipeline(path: str | Path) -> Pipeline:
     from mlbench.config.loader import load_yaml
 
     path = Path(path)
-    loaded = load_yaml(path)
+    return _validated(load_yaml(path), path.resolve())
+
+
+def load_pipeline_text(text: str | bytes, path: str | Path) -> Pipeline:
+    """The same for a file's text from elsewhere (e.g. `git show REF:FILE`); `path` names it in messages and
+    is where relative paths in it resolve from."""
+    from mlbench.config.loader import load_yaml_text
+
+    return _validated(load_yaml_text(text, path), Path(path))
+
+
+def _validated(loaded: Any, path: Path) -> Pipeline:
     try:
         config = PipelineConfig.model_validate(loaded.data)
     except ValidationError as exc:
         raise PipelineInvalid(errors_from_validation(exc, loaded)) from None
-    problems = _check_references(config, loaded)
+    problems = _yaml11_switches(config, loaded) or _check_references(config, loaded)
     if problems:
         raise PipelineInvalid(problems)
-    return Pipeline(config=config, path=path.resolve(), sha256=loaded.sha256)
+    return Pipeline(config=config, path=path, sha256=loaded.sha256)

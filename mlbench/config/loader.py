@@ -51,6 +51,19 @@ class LoadedYaml:
     sha256: str = ""  # of the bytes that were parsed, so a report names exactly what was validated
     _values: dict = field(default_factory=dict, repr=False, compare=False)
     _keys: dict = field(default_factory=dict, repr=False, compare=False)
+    _yaml11_words: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def yaml11_boolean(self, loc: Sequence[str | int]) -> str | None:
+        """The word (`on`, `No`...) when the value at ``loc`` is a boolean only under YAML 1.1.
+
+        PyYAML follows YAML 1.1, where yes/no/on/off are booleans; editors and most other
+        tools follow YAML 1.2, where they are text. Validation uses this to refuse such a value
+        with a hint instead of silently reading what a reviewer reads as text as true/false."""
+        return self._yaml11_words.get(tuple(loc))
+
+    def yaml11_booleans(self) -> dict[tuple[str | int, ...], str]:
+        """Every such value: its place → the word written."""
+        return dict(self._yaml11_words)
 
     def locate(self, loc: Sequence[str | int], *, key: bool = False) -> tuple[int, int] | None:
         """1-based (line, col) of the value at ``loc``; ``key=True``: of the key naming it.
@@ -108,8 +121,9 @@ def load_yaml_text(text: str | bytes, path: str | Path) -> LoadedYaml:
         loader.dispose()
     values: dict = {}
     keys: dict = {}
-    data = _build(root, (), values, keys)
-    return LoadedYaml(Path(path), data, sha256, values, keys)
+    words: dict = {}
+    data = _build(root, (), values, keys, words)
+    return LoadedYaml(Path(path), data, sha256, values, keys, words)
 
 
 def _decode(raw: bytes, path: str | Path) -> str:
@@ -325,16 +339,19 @@ def _pairs(node: _Node) -> dict[str, tuple[_Node, _Node]]:
     return out
 
 
-def _build(node: _Node, path: tuple, values: dict, keys: dict) -> Any:
-    """Fresh plain objects (aliases are copied, bounded by MAX_NODES) and a position per path."""
+def _build(node: _Node, path: tuple, values: dict, keys: dict, words: dict) -> Any:
+    """Fresh plain objects (aliases are copied, bounded by MAX_NODES) and a position per path;
+    `words` gets the source word of every boolean that YAML 1.2 would read as text."""
     values[path] = node.pos  # an alias's own site; its insides point at the anchor
     node = _deref(node)
     if node.kind == "scalar":  # a stray '<<' value is just text
+        if isinstance(node.value, bool) and node.src.lower() not in ("true", "false"):
+            words[path] = node.src
         return "<<" if isinstance(node.value, _MergeKey) else node.value
     if node.kind == "seq":
-        return [_build(c, path + (i,), values, keys) for i, c in enumerate(node.value)]
+        return [_build(c, path + (i,), values, keys, words) for i, c in enumerate(node.value)]
     out = {}
     for name, (k, v) in _pairs(node).items():
         keys[path + (name,)] = k.pos
-        out[name] = _build(v, path + (name,), values, keys)
+        out[name] = _build(v, path + (name,), values, keys, words)
     return out

@@ -204,7 +204,9 @@ class PipelineConfig(StrictModel):
 
 def pipeline_schema() -> dict[str, Any]:
     """JSON schema of the pipeline file, generated from the models above."""
-    schema = PipelineConfig.model_json_schema()
+    from mlbench.config.json_schema import tagged_unions_as_if_then
+
+    schema = tagged_unions_as_if_then(PipelineConfig.model_json_schema())
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "mlbench pipeline"
     return schema

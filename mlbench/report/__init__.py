@@ -48,6 +48,16 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         path = pipeline.report_dir / name
         write_atomic(path, render(report))
         written[fmt] = path
+    if "markdown" in written:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
+        from mlbench.report.markdown import FULL_NAME
+
+        full = pipeline.report_dir / FULL_NAME
+        whole = render_markdown(report, limit=None)
+        if whole != written["markdown"].read_text(encoding="utf-8"):
+            write_atomic(full, whole)
+            written["markdown-full"] = full
+        else:
+            full.unlink(missing_ok=True)  # a stale one from an earlier, bigger run would mislead
     return written
 
 
@@ -62,7 +72,8 @@ def _trends(report: RunReport, pipeline: Pipeline, runs: int = 30) -> dict:
     if not pipeline.config.history.enabled or not path.exists():
         return {}
     try:
-        return metric_series(path, "latency.median", pipeline=report.pipeline.name, limit=runs)
+        series = metric_series(path, "latency.median", pipeline=report.pipeline.name, limit=runs)
+        return {key.variant_id: points for key, points in series.items()}
     except (UserError, OSError) as exc:
         logging.getLogger("mlbench.report").warning("no trends in the HTML report: %s", exc)
         return {}

@@ -4,7 +4,7 @@ new / gone — ready for a pull-request comment or `$GITHUB_STEP_SUMMARY`."""
 from __future__ import annotations
 
 from mlbench.compare.comparison import Comparison, MetricDelta, RunRef, VariantComparison, describe_change
-from mlbench.metrics import format_value, headline
+from mlbench.metrics import estimate_mark, format_value, headline
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
 
@@ -21,7 +21,7 @@ def _ref(label: str, ref: RunRef) -> str:
 def _value(d: MetricDelta, side: str) -> str:
     value = d.base if side == "base" else d.head
     source = d.base_source if side == "base" else d.head_source
-    return ("~" if source == "estimated" else "") + format_value(value, d.unit)
+    return estimate_mark(source) + format_value(value, d.unit)
 
 
 def _noise(d: MetricDelta) -> str:

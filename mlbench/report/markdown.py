@@ -1,24 +1,29 @@
-"""The Markdown report: one table per model, a row per variant, ready to paste into a PR."""
+"""The Markdown report: one table per model, a row per variant, made for a pull-request comment.
+
+What each cell says lives here; how the table fits a comment (columns, folds, notes said once, the
+size limit) lives in `markdown_layout`."""
 
 from __future__ import annotations
 
 from mlbench.backends.base import REFERENCE
 from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
-from mlbench.metrics import MetricInfo, columns, format_ms
+from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
 from mlbench.records import Metric, RunRecord, RunReport
+from mlbench.report.markdown_layout import COMMENT_LIMIT, Column, Section, fit_comment, render_table
 from mlbench.units import human_bytes
 
-SOURCE_MARK = {"measured": "", "emulated": "†", "estimated": "~"}
-"""How a figure shows where it came from; the legend under the title explains each mark."""
+FULL_NAME = "report.full.md"
+"""Where the whole Markdown report goes when report.md had to be cut to fit a comment."""
+
 STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}
 
 
 def fmt_metric(metric: Metric | None, fmt=format_ms) -> str:
-    """A figure as text; estimated ones carry `~` so they never pass for measured ones."""
+    """A figure as text; estimated ones carry `≈` so they never pass for measured ones."""
     if metric is None or metric.value is None:
         return "–"
-    return SOURCE_MARK.get(metric.source or "", "") + fmt(metric.value)
+    return source_mark(metric.source) + fmt(metric.value)
 
 
 def variant_label(record: RunRecord) -> str:
@@ -41,7 +46,7 @@ def _speedup(record: RunRecord, baseline: RunRecord | None) -> str:
     if not mine or not base or mine.value in (None, 0) or base.value is None:
         return "–"
     text = f"{base.value / mine.value:.2f}×"
-    return ("~" + text) if "estimated" in (mine.source, base.source) else text
+    return (ESTIMATE_MARK + text) if "estimated" in (mine.source, base.source) else text
 
 
 def _verify(record: RunRecord) -> str:
@@ -49,10 +54,10 @@ def _verify(record: RunRecord) -> str:
         return "reference" if "verify" in record.details else "–"
     mark = "" if record.verify.passed else " ✗"
     if record.verify.note:
-        mark += " (reference ≈ 0: uninformative)"
+        mark += " (reference near 0: uninformative)"  # not ≈, which marks an estimate
     if record.verify.samples > 1:
         mark += f" ({record.verify.samples} samples)"
-    return f"{SOURCE_MARK.get(record.verify.source, '')}{record.verify.max_rel:.2e}{mark}"
+    return f"{source_mark(record.verify.source)}{record.verify.max_rel:.2e}{mark}"
 
 
 def _note(record: RunRecord) -> str:
@@ -72,17 +77,17 @@ def _artifact(record: RunRecord) -> tuple[str, str]:
 
 
 def _placement(record: RunRecord) -> tuple[str, str]:
-    """(`ANE / GPU / CPU %`, switches) cells; estimated placements carry `~`."""
+    """(`ANE / GPU / CPU %`, switches) cells; estimated placements carry `≈`."""
     placement = record.placement
     if placement is None:
         return "–", "–"
-    mark = "~" if placement.source == "estimated" else ""
+    mark = estimate_mark(placement.source)
     shares = " / ".join(f"{100 * placement.by_count.get(d, 0.0):.0f}" for d in devices())
     return f"{mark}{shares}", f"{mark}{placement.switches}"
 
 
 def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
-    """An extra column's figure (`~` when estimated), with measured ÷ estimated where this machine
+    """An extra column's figure (`≈` when estimated), with measured ÷ estimated where this machine
     measured what the estimate predicts."""
     metric = record.metrics.get(column.name)
     text = fmt_metric(metric)
@@ -124,30 +129,71 @@ def render_placement_notes(records: list[RunRecord]) -> list[str]:
     return lines + [""]
 
 
-def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
+def model_columns(records: list[RunRecord]) -> list[Column]:
+    """Every column of a model's table, in display order; `priority` says which stay out of the fold."""
     baseline = baseline_for(records)
-    extra = columns([name for r in records for name in r.metrics])
-    lines = [
-        f"### {model}",
-        "",
-        "| Variant | Status | Median ms | Best ms | p90 ms | " + "".join(f"{m.label} | " for m in extra)
-        + f"vs eager | Verify max_rel | {' / '.join(d.short for d in devices().values())} % | Switches "
-        "| Size | Export | Note |",
-        "|---|---|---:|---:|---:|" + "---:|" * len(extra) + "---:|---:|---:|---:|---:|---|---|",
-    ]
+    extra = extra_columns(records)
+    cells: dict[str, list[str]] = {}
+
+    def add(name: str, value: str) -> None:
+        cells.setdefault(name, []).append(value)
+
     for r in records:
-        variant = variant_label(r)
         size, export = _artifact(r)
         shares, switches = _placement(r)
-        lines.append(
-            f"| `{variant}` | {STATUS_MARK[r.status]} | {fmt_metric(r.metrics.get('latency.median'))} "
-            f"| {fmt_metric(r.metrics.get('latency.best'))} | {fmt_metric(r.metrics.get('latency.p90'))} | "
-            + "".join(f"{_estimate_cell(r, m)} | " for m in extra)
-            + f"{_speedup(r, baseline)} | {_verify(r)} | {shares} | {switches} | {size} | {export} | {_note(r)} |"
-        )
-    lines += ["", f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
-              if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", ""]
-    return lines + render_column_notes(records, extra) + render_placement_notes(records) + render_backend_sections(records, artifacts)
+        add("variant", f"`{variant_label(r)}`")
+        add("status", STATUS_MARK[r.status])
+        for name in ("median", "best", "p90"):
+            add(name, fmt_metric(r.metrics.get(f"latency.{name}")))
+        for column in extra:
+            add(column.name, _estimate_cell(r, column))
+        add("speedup", _speedup(r, baseline))
+        add("verify", _verify(r))
+        add("shares", shares)
+        add("switches", switches)
+        add("size", size)
+        add("export", export)
+        add("note", _note(r))
+    shares_header = f"{' / '.join(d.short for d in devices().values())} %"
+    return [
+        Column("Variant", cells["variant"], priority=0),
+        Column("Status", cells["status"], priority=1),
+        Column("Median ms", cells["median"], right=True, priority=2),
+        Column("Best ms", cells["best"], right=True, priority=9),
+        Column("p90 ms", cells["p90"], right=True, priority=8),
+        # a backend's extra figures (e.g. estimated latency per chip): the first is kept beside the median
+        *(Column(c.label, cells[c.name], right=True, priority=2.5 if i == 0 else 8.5 + i) for i, c in enumerate(extra)),
+        Column("vs eager", cells["speedup"], right=True, priority=4),
+        Column("Verify max_rel", cells["verify"], right=True, priority=5),
+        Column(shares_header, cells["shares"], right=True, priority=6),
+        Column("Switches", cells["switches"], right=True, priority=10),
+        Column("Size", cells["size"], right=True, priority=7),
+        Column("Export", cells["export"], right=True, priority=11),
+        Column("Note", cells["note"], priority=3, note=True),
+    ]
+
+
+def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
+    return [*model_table(model, records), *model_details(records, artifacts)]
+
+
+def model_table(model: str, records: list[RunRecord]) -> list[str]:
+    """The model's heading and its table (folded columns included): what a comment keeps longest."""
+    baseline = baseline_for(records)
+    lines = [f"### {model}", "", *render_table(model_columns(records))]
+    return lines + [f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
+                    if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", "",
+                    *render_column_notes(records, extra_columns(records))]
+
+
+def extra_columns(records: list[RunRecord]) -> list[MetricInfo]:
+    """The catalog's extra columns (metric families a backend adds) that these records fill."""
+    return columns([name for r in records for name in r.metrics])
+
+
+def model_details(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
+    """What follows the table: placement notes and each backend's sections."""
+    return render_placement_notes(records) + render_backend_sections(records, artifacts)
 
 
 def render_backend_sections(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
@@ -160,12 +206,13 @@ def render_backend_sections(records: list[RunRecord], artifacts: dict[str, dict]
     return lines
 
 
-def render_markdown(report: RunReport) -> str:
+def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, full_name: str = FULL_NAME) -> str:
+    """The report; with a `limit`, cut to fit a comment of that many characters (pointing to `full_name`)."""
     machine = report.machine
     packages = ", ".join(f"{k} {v}" for k, v in machine.get("packages", {}).items() if v)
     summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     latency = report.settings.get("latency", {})
-    lines = [
+    head = [
         f"# mlbench report: {report.pipeline.name}",
         "",
         f"Run `{report.run_id}` started {report.created}"
@@ -174,9 +221,9 @@ def render_markdown(report: RunReport) -> str:
         f"Machine: {machine.get('os')} {machine.get('os_release')} {machine.get('arch')}, {machine.get('cpu')} "
         f"({machine.get('cpu_count')} cores), Python {machine.get('python')}; {packages}.",
         "",
-        "All figures are **measured** on this machine unless marked `~` (**estimated** by mlbench's rules and "
-        "cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; it checks "
-        "what the program computes, not what the device's own arithmetic adds); "
+        f"All figures are **measured** on this machine unless marked {ESTIMATE_MARK} (**estimated** by mlbench's "
+        "rules and cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; "
+        "it checks what the program computes, not what the device's own arithmetic adds); "
         "– means absent, with the reason in the JSON report. "
         f"Latency: {latency.get('warmup')} warmup calls thrown away, then at least {latency.get('repeats')} calls "
         f"and {latency.get('min_time_s')} s.",
@@ -185,6 +232,8 @@ def render_markdown(report: RunReport) -> str:
     by_model: dict[str, list[RunRecord]] = {}
     for record in report.records:
         by_model.setdefault(record.model, []).append(record)
-    for model, records in by_model.items():
-        lines += render_model_table(model, records, report.artifacts)
-    return "\n".join(lines).rstrip() + "\n"
+    sections = [Section(f"{model} ({len(records)} variants)", model_table(model, records),
+                        model_details(records, report.artifacts)) for model, records in by_model.items()]
+    if limit is None:
+        return "\n".join([*head, *(line for s in sections for line in [*s.core, *s.extra])]).rstrip() + "\n"
+    return fit_comment(head, sections, full_name, limit)

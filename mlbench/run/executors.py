@@ -7,10 +7,10 @@ at a time per machine. Records come back to the coordinator as they finish; it j
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from mlbench.cpus import available_cpus
 from mlbench.errors import UserError
 from mlbench.records import RunRecord
 from mlbench.run.tasks import (
@@ -37,7 +37,8 @@ OnExported = Callable[[ExportOutcome], None]
 
 
 def default_jobs() -> int:
-    return os.cpu_count() or 1
+    """One export process per CPU this process may use (affinity and container quota honoured)."""
+    return available_cpus()
 
 
 class LocalExecutor:
@@ -64,7 +65,7 @@ class LocalExecutor:
 
         from joblib.externals.loky import get_reusable_executor
 
-        threads = max(1, (os.cpu_count() or 1) // self.jobs)  # no oversubscription across processes
+        threads = max(1, available_cpus() // self.jobs)  # no oversubscription across processes
         workers = min(self.jobs, len(variants)) - 1
         pool = get_reusable_executor(max_workers=workers)
         pending = list(variants)

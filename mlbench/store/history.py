@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import NamedTuple
 
 from mlbench.errors import UserError
 from mlbench.records import RunReport
@@ -299,24 +300,33 @@ class TrendPoint:
     source: str | None
 
 
+class SeriesKey(NamedTuple):
+    """One trend: a variant of one pipeline. The same variant id in two pipelines is two trends (their
+    settings, models' sources and gates differ), never one line zig-zagging between them."""
+
+    pipeline: str
+    variant_id: str
+
+
 def metric_series(db_path: Path, metric: str, *, pipeline: str | None = None, model: str | None = None,
-                  limit: int | None = None) -> dict[str, list[TrendPoint]]:
-    """Per variant, the metric across runs, oldest first (runs of the newest `limit` only)."""
+                  limit: int | None = None) -> dict[SeriesKey, list[TrendPoint]]:
+    """Per pipeline and variant, the metric across runs, oldest first (runs of the newest `limit` only)."""
     runs = list_runs(db_path, pipeline=pipeline, model=model, limit=limit)
     ids = [r.run_id for r in runs]
     if not ids:
         return {}
-    series: dict[str, list[TrendPoint]] = {}
+    series: dict[SeriesKey, list[TrendPoint]] = {}
     with connect(db_path, create=False) as conn:
         marks = ",".join("?" * len(ids))
-        sql = (f"SELECT m.variant_id, m.run_id, r.created, m.value, m.source FROM metrics m JOIN runs r "
-               f"ON r.run_id = m.run_id WHERE m.name = ? AND m.run_id IN ({marks})")
+        sql = (f"SELECT r.pipeline_name, m.variant_id, m.run_id, r.created, m.value, m.source FROM metrics m "
+               f"JOIN runs r ON r.run_id = m.run_id WHERE m.name = ? AND m.run_id IN ({marks})")
         args: list = [metric, *ids]
         if model:
             sql += " AND m.variant_id IN (SELECT variant_id FROM records WHERE run_id = m.run_id AND model = ?)"
             args.append(model)
-        for variant_id, run_id, created, value, source in conn.execute(sql + " ORDER BY r.created, r.rowid, m.rowid", args):
-            series.setdefault(variant_id, []).append(TrendPoint(run_id, created, value, source))
+        rows = conn.execute(sql + " ORDER BY r.created, r.rowid, m.rowid", args)
+        for name, variant_id, run_id, created, value, source in rows:
+            series.setdefault(SeriesKey(name, variant_id), []).append(TrendPoint(run_id, created, value, source))
     return series
 
 

@@ -6,7 +6,7 @@ from mlbench.backends.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectComm
 NEURAL_ENGINE = DeviceInfo(name="neural_engine", label="Neural Engine", short="ANE", color="#2e7d32", rank=10)
 
 ESTIMATED_LATENCY = MetricFamily(
-    prefix="latency.estimated.", placeholder="chip", unit="ms", label="~ms {name}", better="lower", column=True,
+    prefix="latency.estimated.", placeholder="chip", unit="ms", label="≈ms {name}", better="lower", column=True,
     describe="Core ML latency estimated for that Apple chip by mlbench's roofline model (chip profile, placement, "
     "fitted efficiencies; docs/backends/coreml.md), never measured",
 )

@@ -1,0 +1,213 @@
+"""The HTML report's inline SVG charts: latency per model, placement per variant, trends over runs.
+
+- Latency: one chart per model, each on its own linear scale, so a 0.02 ms model is not a 1-px sliver
+  beside a 30 ms one; a bar to the median, a whisker from best to p90.
+- Placement: one 100% bar per variant, split by device.
+- Trend: one variant's median over runs against their dates, on an axis that starts at zero, so a
+  0.5% wobble looks like one.
+
+Estimated figures are hatched (one pattern per colour, defined once in `hatch_defs`) and carry `≈`;
+absent ones say why. Tooltips are SVG `<title>`s, which browsers show without JavaScript.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from html import escape
+from typing import NamedTuple, Protocol
+
+from mlbench.backends.registry import devices
+from mlbench.metrics import ESTIMATE_MARK, estimate_mark
+from mlbench.metrics import format_ms as fmt_ms
+from mlbench.records import Metric, RunRecord, Source
+
+UNKNOWN_COLOR = "#bdbdbd"
+LATENCY_COLOR = "#5e35b1"
+WHISKER_COLOR = "#212121"
+TREND_COLOR = "#00838f"
+
+LABEL_W = 400  # room for ids like mobilenet_v3_small/onnxruntime/float32/cpu in 12 px monospace
+PLOT_W = 520
+VALUE_W = 250
+ROW_H = 26
+TOP = 30
+
+
+class TrendPoint(Protocol):
+    run_id: str
+    created: str
+    value: float | None
+    source: str | None
+
+
+class _Figure(NamedTuple):
+    """A metric that has a value."""
+
+    value: float
+    source: Source | None
+    metric: Metric
+
+
+def value_of(record: RunRecord, name: str) -> _Figure | None:
+    metric = record.metrics.get(name)
+    if metric is None or metric.value is None:
+        return None
+    return _Figure(metric.value, metric.source, metric)
+
+
+def _num(value: float) -> str:
+    return f"{value:.4g}" if value else "0"
+
+
+def nice_max(value: float) -> float:
+    """A round axis end at or above `value` (1, 2, 4, 5, 8 × 10^k): its quarters and halves are round too."""
+    if value <= 0:
+        return 1.0
+    exp = 10 ** math.floor(math.log10(value))
+    for step in (1, 2, 4, 5, 8, 10):
+        if value <= step * exp * (1 + 1e-9):
+            return step * exp
+    return 10 * exp
+
+
+def label_width(labels: Sequence[str]) -> int:
+    """Room for the longest label in 12 px monospace (about 7.3 px a character), within 140–400 px."""
+    return int(max(140, min(LABEL_W, 16 + 7.3 * max((len(t) for t in labels), default=0))))
+
+
+def hatch_id(name: str) -> str:
+    return f"est-{name}"
+
+
+def _tint(color: str, amount: float = 0.7) -> str:
+    """`color` mixed with white: the background between the hatch's stripes."""
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in rgb)
+
+
+def hatch_defs() -> str:
+    """One hidden SVG defining a hatch per colour (latency, each device), shared by every chart on the page."""
+    colors = {"latency": LATENCY_COLOR, **{d.name: d.color for d in devices().values()}}
+    patterns = "".join(
+        f'<pattern id="{hatch_id(name)}" width="6" height="6" patternUnits="userSpaceOnUse" '
+        f'patternTransform="rotate(45)"><rect width="6" height="6" fill="{_tint(color)}"/>'
+        f'<line x1="0" y1="0" x2="0" y2="6" stroke="{color}" stroke-width="3"/></pattern>'
+        for name, color in colors.items())
+    return (f'<svg width="0" height="0" style="position:absolute" aria-hidden="true"><defs>{patterns}</defs>'
+            "</svg>")
+
+
+def swatch(fill: str) -> str:
+    return f'<svg class="swatch" width="12" height="12"><rect width="12" height="12" fill="{fill}"/></svg>'
+
+
+def latency_chart(records: Sequence[RunRecord], label=lambda r: r.variant_id, label_w: int = LABEL_W) -> str:
+    """Bars to the median with a best–p90 whisker, one row per variant, on this chart's own scale."""
+    rows = []
+    for record in records:
+        rows.append((record, value_of(record, "latency.median"), value_of(record, "latency.best"),
+                     value_of(record, "latency.p90")))
+    top = max([m.value for _, m, _, p in rows if m] + [p.value for _, m, _, p in rows if p] + [0.0])
+    axis_max = nice_max(top * 1.05)
+    width = label_w + PLOT_W + VALUE_W
+    height = TOP + ROW_H * len(rows) + 10
+    x = lambda v: label_w + PLOT_W * v / axis_max  # noqa: E731
+    parts = [f'<svg class="chart latency" role="img" aria-label="Latency per variant" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}">']
+    for i in range(5):
+        tick = axis_max * i / 4
+        parts.append(f'<line x1="{x(tick):.1f}" y1="{TOP - 6}" x2="{x(tick):.1f}" y2="{height - 10}" stroke="#eee"/>')
+        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{_num(tick)} ms</text>')
+    for i, (record, median, best, p90) in enumerate(rows):
+        y = TOP + i * ROW_H
+        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 17}" text-anchor="end">'
+                     f'{escape(label(record))}</text>')
+        if median is None:
+            if record.status != "ok":
+                why = f"{record.status}: {record.error or ''}"
+            else:
+                absent = record.metrics.get("latency.median")
+                why = f"not timed: {absent.reason if absent is not None else 'no latency in this record'}"
+            parts.append(f'<text class="muted" x="{label_w + 4}" y="{y + 17}">{escape(why[:110])}</text>')
+            continue
+        fill = f"url(#{hatch_id('latency')})" if median.source == "estimated" else LATENCY_COLOR
+        tip = (f"{record.variant_id}: median {fmt_ms(median.value)} ms, best {fmt_ms(best.value if best else None)} ms, "
+               f"p90 {fmt_ms(p90.value if p90 else None)} ms ({median.source})")
+        parts.append(f'<rect class="bar median {median.source}" x="{label_w}" y="{y + 5}" '
+                     f'width="{max(x(median.value) - label_w, 1):.1f}" height="{ROW_H - 10}" fill="{fill}" '
+                     f'fill-opacity="0.85"><title>{escape(tip)}</title></rect>')
+        if best is not None and p90 is not None:
+            x1, x2, ym = x(best.value), x(p90.value), y + ROW_H / 2
+            parts.append(f'<g class="whisker" stroke="{WHISKER_COLOR}" stroke-width="1.5"><title>{escape(tip)}</title>'
+                         f'<line x1="{x1:.1f}" y1="{ym}" x2="{x2:.1f}" y2="{ym}"/>'
+                         f'<line x1="{x1:.1f}" y1="{ym - 6}" x2="{x1:.1f}" y2="{ym + 6}"/>'
+                         f'<line x1="{x2:.1f}" y1="{ym - 6}" x2="{x2:.1f}" y2="{ym + 6}"/></g>')
+        text = f"{estimate_mark(median.source)}{fmt_ms(median.value)} ms"
+        if best is not None and p90 is not None:
+            text += f"  ({fmt_ms(best.value)}–{fmt_ms(p90.value)})"
+        parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{y + 17}">{escape(text)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def latency_legend() -> str:
+    hatched = swatch(f"url(#{hatch_id('latency')})")
+    return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}measured median</span>'
+            f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>'
+            '<span><svg class="swatch" width="18" height="12"><g stroke="#212121" stroke-width="1.5">'
+            '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="1" x2="1" y2="11"/><line x1="17" y1="1" x2="17" '
+            'y2="11"/></g></svg>best to p90</span></p>')
+
+
+def placement_chart(records: Sequence[RunRecord]) -> str:
+    """One 100% bar per variant with a placement, split by device (hatched where estimated); the rest unknown."""
+    known = devices().values()
+    rows = [r for r in records if any(value_of(r, f"placement.{d.name}") for d in known)]
+    if not rows:
+        return '<p class="meta">No variant in this run reports where its operations run.</p>'
+    width = LABEL_W + PLOT_W + VALUE_W
+    height = TOP + ROW_H * len(rows) + 10
+    parts = [f'<svg class="chart placement" role="img" aria-label="Placement per variant" width="{width}" '
+             f'height="{height}" viewBox="0 0 {width} {height}">']
+    for pct in (0, 25, 50, 75, 100):
+        px = LABEL_W + PLOT_W * pct / 100
+        parts.append(f'<line x1="{px:.1f}" y1="{TOP - 6}" x2="{px:.1f}" y2="{height - 10}" stroke="#eee"/>')
+        parts.append(f'<text x="{px:.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{pct}%</text>')
+    for i, record in enumerate(rows):
+        y = TOP + i * ROW_H
+        parts.append(f'<text class="label" x="{LABEL_W - 8}" y="{y + 17}" text-anchor="end">'
+                     f'{escape(record.variant_id)}</text>')
+        left = 0.0
+        sources = set()
+        shares = []
+        for device_info in known:
+            device, name = device_info.name, device_info.label
+            metric = value_of(record, f"placement.{device}")
+            if metric is None:
+                continue
+            share = min(max(metric.value, 0.0), 1.0 - left)
+            sources.add(metric.source)
+            if metric.value > 0:
+                shares.append(f"{device_info.short} {metric.value * 100:.0f}%")
+            fill = f"url(#{hatch_id(device)})" if metric.source == "estimated" else device_info.color
+            if share > 0:
+                parts.append(f'<rect class="seg {device} {metric.source}" x="{LABEL_W + PLOT_W * left:.1f}" '
+                             f'y="{y + 5}" width="{PLOT_W * share:.1f}" height="{ROW_H - 10}" fill="{fill}">'
+                             f'<title>{escape(f"{record.variant_id}: {name} {metric.value * 100:.1f}% ({metric.source})")}'
+                             f'</title></rect>')
+            left += share
+        if left < 0.999:
+            parts.append(f'<rect class="seg unknown" x="{LABEL_W + PLOT_W * left:.1f}" y="{y + 5}" '
+                         f'width="{PLOT_W * (1 - left):.1f}" height="{ROW_H - 10}" fill="{UNKNOWN_COLOR}">'
+                         f'<title>{escape(f"{record.variant_id}: unknown {(1 - left) * 100:.1f}%")}</title></rect>')
+        mark = ESTIMATE_MARK if "estimated" in sources else ""
+        switches = value_of(record, "placement.switches")
+        text = f"{mark}{' '.join(shares)}" + (f", {switches.value:g} switches" if switches else "")
+        parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
+    parts.append("</svg>")
+    legend = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
+    legend += f'<span>{swatch(UNKNOWN_COLOR)}unknown</span>'
+    hatched = swatch(f"url(#{hatch_id(next(iter(known)).name)})")
+    legend += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
+    return f'<p class="legend">{legend}</p>' + "".join(parts)
