@@ -137,6 +137,22 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache_verify(args: argparse.Namespace) -> int:
+    """Hash every entry, whatever the stat state says; evict the corrupt ones (exit 1 if any)."""
+    from mlbench.store.cache import format_size
+
+    cache = _cache(args)
+    results = cache.verify()
+    bad = [(entry, why) for entry, why in results if why is not None]
+    for entry, why in bad:
+        label = entry.meta.get("label") or entry.meta.get("key_inputs", {}).get("backend", "?")
+        print(f"{entry.key[:12]}  {label}: {why}; evicted, the next run rebuilds it")
+    size = format_size(sum(entry.size_bytes for entry, _ in results))
+    verdict = f"{len(bad)} corrupt" if bad else "all intact"
+    print(f"verified {len(results)} entries ({size}) in {cache.root}: {verdict}")
+    return 1 if bad else 0
+
+
 def cmd_cache_clear(args: argparse.Namespace) -> int:
     cache = _cache(args)
     print(f"removed {cache.clear()} entries from {cache.root}")
@@ -248,6 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, func, helptext in (("ls", cmd_cache_ls, "list entries, most recently used first"),
                                  ("info", cmd_cache_info, "show one entry's metadata"),
                                  ("prune", cmd_cache_prune, "evict least recently used entries down to a size"),
+                                 ("verify", cmd_cache_verify,
+                                  "hash every entry (runs trust unchanged file stats); evict corrupt ones, exit 1"),
                                  ("clear", cmd_cache_clear, "remove every entry")):
         p = add_command(cache_sub, name, helptext)
         p.add_argument("--dir", metavar="DIR", help="cache folder (default: $MLBENCH_CACHE_DIR, else the user cache dir)")

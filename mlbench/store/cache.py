@@ -3,7 +3,9 @@
 Converting a model can take minutes, so each artifact is kept under the key of everything that
 went into it: ``<root>/<key[:2]>/<key>/{<artifact>, meta.json}``. An entry appears only by an
 atomic rename of a fully written, fsynced folder, so a crash or a concurrent run never exposes a
-half-built one, and every lookup re-checks the checksum so a damaged entry is rebuilt, not used.
+half-built one. A lookup re-checks the checksum, so a damaged entry is rebuilt, not used — unless
+the stat state (`mlbench.store.state`) shows the artifact's files untouched since they last hashed
+right; `verify()` (`mlbench cache verify`) hashes every entry regardless.
 No locks: two processes that miss at once both build, the first rename wins and the other
 adopts the winner's entry.
 """
@@ -25,21 +27,29 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.errors import UserError
+from mlbench.store.entry import (
+    KEY_RE,
+    RESERVED_META,
+    SHARD_RE,
+    META_NAME,
+    MIN_PREFIX,
+    STALE_TMP_SECONDS,
+    TMP_DIR,
+    BuildResult,
+    CacheEntry,
+    check_key,
+    Corrupt,
+    fsync_fd,
+    fsync_path,
+    read_meta,
+    tree_mtime,
+    valid_artifact_name,
+)
 from mlbench.store.hashing import jsonable, path_size, sha256_path
+from mlbench.store.state import StatState, backdate, signature
 from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
 
 log = logging.getLogger("mlbench.store.cache")
-
-META_NAME = "meta.json"
-TMP_DIR = "tmp"
-STALE_TMP_SECONDS = 3600  # a build folder untouched this long belongs to a dead process
-MIN_PREFIX = 4
-_KEY_RE = re.compile(r"[0-9a-f]{64}")
-_SHARD_RE = re.compile(r"[0-9a-f]{2}")
-_RESERVED_META = frozenset(
-    {"key", "key_inputs", "artifact", "size_bytes", "checksum", "created", "build_seconds",
-     "mlbench_version"}
-)
 
 
 def default_cache_dir() -> Path:
@@ -52,117 +62,6 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("mlbench", appauthor=False))
 
 
-@dataclass(frozen=True)
-class BuildResult:
-    """What a builder reports: the name of the one thing it wrote, and facts worth keeping."""
-
-    artifact_name: str
-    extra_meta: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class CacheEntry:
-    key: str
-    path: Path  # the entry folder
-    meta: dict[str, Any]
-
-    @property
-    def artifact_path(self) -> Path:
-        return self.path / self.meta["artifact"]
-
-    @property
-    def size_bytes(self) -> int:
-        return int(self.meta["size_bytes"])
-
-    @property
-    def last_used(self) -> float:
-        """Seconds since the epoch of the last lookup (meta.json's mtime); 0.0 if gone."""
-        try:
-            return (self.path / META_NAME).stat().st_mtime
-        except OSError:
-            return 0.0
-
-
-class _Corrupt(Exception):
-    pass
-
-
-def _check_key(key: str) -> None:
-    if not isinstance(key, str) or not _KEY_RE.fullmatch(key):
-        raise ValueError(f"cache key must be 64 lowercase hex characters, got {key!r}")
-
-
-def _valid_artifact_name(name: Any) -> bool:
-    return (
-        isinstance(name, str)
-        and name not in ("", ".", "..", META_NAME)
-        and "/" not in name
-        and "\\" not in name
-    )
-
-
-def _read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
-    """Parse and sanity-check meta.json; raise _Corrupt(why) if it can't describe ``key``."""
-    try:
-        text = (entry_dir / META_NAME).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise _Corrupt("meta.json missing") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise _Corrupt(f"meta.json unreadable: {e}") from None
-    try:
-        meta = json.loads(text)
-    except ValueError:
-        raise _Corrupt("meta.json is not valid JSON") from None
-    if not isinstance(meta, dict):
-        raise _Corrupt("meta.json is not an object")
-    for name, typ in (("key", str), ("artifact", str), ("checksum", str), ("size_bytes", int)):
-        if not isinstance(meta.get(name), typ):
-            raise _Corrupt(f"meta.json lacks {name}")
-    if meta["key"] != key:
-        raise _Corrupt("meta.json is for another key")
-    if not _valid_artifact_name(meta["artifact"]):
-        raise _Corrupt("meta.json names an invalid artifact")
-    if not (entry_dir / meta["artifact"]).exists():
-        raise _Corrupt(f"artifact {meta['artifact']} missing")
-    return meta
-
-
-def _fsync_path(path: Path) -> None:
-    """fsync a file, or a directory's files and folders, so the rename publishes durable data."""
-    if path.is_dir():
-        for dirpath, _dirnames, filenames in os.walk(path):
-            for name in filenames:
-                _fsync_fd(Path(dirpath) / name, os.O_RDONLY)
-            _fsync_fd(Path(dirpath), os.O_RDONLY)
-    else:
-        _fsync_fd(path, os.O_RDONLY)
-
-
-def _fsync_fd(path: Path, flags: int) -> None:
-    try:
-        fd = os.open(path, flags)
-    except OSError:  # directories can't be opened on Windows; nothing to sync there
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _tree_mtime(path: Path) -> float:
-    """Newest mtime anywhere under ``path``: a long build keeps writing, so it stays fresh."""
-    newest = path.lstat().st_mtime
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in dirnames + filenames:
-            try:
-                newest = max(newest, os.lstat(os.path.join(dirpath, name)).st_mtime)
-            except OSError:
-                pass
-    return newest
-
-
 class ArtifactCache:
     """The artifact store rooted at ``root`` (default: :func:`default_cache_dir`).
 
@@ -171,11 +70,12 @@ class ArtifactCache:
 
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
+        self.state = StatState(self.root)
 
     # -- layout -----------------------------------------------------------------------------
 
     def entry_dir(self, key: str) -> Path:
-        _check_key(key)
+        check_key(key)
         return self.root / key[:2] / key
 
     @property
@@ -188,7 +88,7 @@ class ArtifactCache:
         if not self.root.is_dir():
             return out
         for shard in self.root.iterdir():
-            if not (_SHARD_RE.fullmatch(shard.name) and shard.is_dir()):
+            if not (SHARD_RE.fullmatch(shard.name) and shard.is_dir()):
                 continue
             try:
                 out.extend((shard, child) for child in shard.iterdir())
@@ -199,19 +99,21 @@ class ArtifactCache:
     # -- reading ----------------------------------------------------------------------------
 
     def lookup(self, key: str) -> CacheEntry | None:
-        """The verified entry for ``key``, or None; a corrupt entry is evicted with one warning."""
+        """The verified entry for ``key``, or None; a corrupt entry is evicted with one warning.
+
+        Verified means: its checksum matches, or its files' stat signature is the one recorded
+        when they last matched it (see `mlbench.store.state`).
+        """
         entry_dir = self.entry_dir(key)
         if not entry_dir.is_dir():
             return None
         try:
-            meta = _read_meta(entry_dir, key)
-            try:
-                actual = sha256_path(entry_dir / meta["artifact"])
-            except (OSError, UserError) as e:
-                raise _Corrupt(f"artifact unreadable: {e}") from None
-            if actual != meta["checksum"]:
-                raise _Corrupt("checksum mismatch")
-        except _Corrupt as e:
+            meta = read_meta(entry_dir, key)
+            artifact = entry_dir / meta["artifact"]
+            sig = signature(artifact)
+            if not self.state.trusted(key, sig, meta["checksum"]):
+                self._check_content(key, artifact, meta["checksum"], sig)
+        except Corrupt as e:
             log.warning("cache entry %s is corrupt (%s); rebuilding", key[:12], e)
             self._evict_dir(entry_dir)
             return None
@@ -221,16 +123,46 @@ class ArtifactCache:
             pass  # a read-only shared cache still serves hits
         return CacheEntry(key=key, path=entry_dir, meta=meta)
 
+    def _check_content(self, key: str, artifact: Path, checksum: str, sig: Any) -> None:
+        """Hash the artifact; raise Corrupt on a mismatch, else record its stat signature when the
+        files did not change while they were read."""
+        started = time.time_ns()
+        try:
+            actual = sha256_path(artifact)
+        except (OSError, UserError) as e:
+            raise Corrupt(f"artifact unreadable: {e}") from None
+        if actual != checksum:
+            raise Corrupt("checksum mismatch")
+        if sig is not None and signature(artifact) == sig:
+            self.state.record(key, sig, checksum, started)
+
+    def verify(self) -> list[tuple[CacheEntry, str | None]]:
+        """Hash every entry, whatever the stat state says: (entry, None) for a good one, (entry,
+        why) for a corrupt one, which is evicted (the next run rebuilds it)."""
+        results: list[tuple[CacheEntry, str | None]] = []
+        for entry in self.entries():
+            self.state.forget(entry.key)
+            try:
+                self._check_content(entry.key, entry.artifact_path, entry.meta["checksum"],
+                                    signature(entry.artifact_path))
+            except Corrupt as e:  # the caller reports it
+                self._evict_dir(entry.path)
+                results.append((entry, str(e)))
+                continue
+            results.append((entry, None))
+        self._remove_empty_shards()
+        return results
+
     def entries(self) -> list[CacheEntry]:
         """Entries whose meta.json looks right, sorted by key; checksums are not verified."""
         out: list[CacheEntry] = []
         for shard, entry_dir in self._entry_dirs():
             key = entry_dir.name
-            if not (_KEY_RE.fullmatch(key) and key[:2] == shard.name and entry_dir.is_dir()):
+            if not (KEY_RE.fullmatch(key) and key[:2] == shard.name and entry_dir.is_dir()):
                 continue
             try:
-                meta = _read_meta(entry_dir, key)
-            except _Corrupt:
+                meta = read_meta(entry_dir, key)
+            except Corrupt:
                 continue
             out.append(CacheEntry(key=key, path=entry_dir, meta=meta))
         out.sort(key=lambda e: e.key)
@@ -296,7 +228,9 @@ class ArtifactCache:
                     if tmp_dir.is_dir() and not final.parent.is_dir():
                         continue  # a concurrent prune removed the empty shard folder
                     raise  # e.g. our tmp folder was deleted under us
-                _fsync_fd(final.parent, os.O_RDONLY)
+                fsync_fd(final.parent, os.O_RDONLY)
+                artifact = final / meta["artifact"]
+                self.state.record(key, signature(artifact), meta["checksum"], time.time_ns())
                 return CacheEntry(key=key, path=final, meta=meta), False
             raise RuntimeError(f"cache entry {key[:12]}: could not move the build into place")
         except BaseException:
@@ -314,7 +248,7 @@ class ArtifactCache:
         if not isinstance(result, BuildResult):
             raise TypeError(f"builder returned {type(result).__name__}, not BuildResult")
         name = result.artifact_name
-        if not _valid_artifact_name(name):
+        if not valid_artifact_name(name):
             raise ValueError(f"builder returned an invalid artifact name {name!r}")
         written = sorted(p.name for p in tmp_dir.iterdir())
         if written != [name]:
@@ -322,13 +256,14 @@ class ArtifactCache:
                 f"builder must write exactly one artifact named {name!r} in its folder; "
                 f"found {written}"
             )
-        clash = _RESERVED_META & set(result.extra_meta)
+        clash = RESERVED_META & set(result.extra_meta)
         if clash:
             raise ValueError(f"builder extra_meta may not set {sorted(clash)}")
 
         from mlbench import __version__
 
         artifact = tmp_dir / name
+        backdate(artifact)  # a later write to the published files always changes their mtime
         meta = {
             "key": key,
             "key_inputs": inputs,
@@ -340,19 +275,20 @@ class ArtifactCache:
             "mlbench_version": __version__,
             **jsonable(result.extra_meta),
         }
-        _fsync_path(artifact)
+        fsync_path(artifact)
         with open(tmp_dir / META_NAME, "w", encoding="utf-8") as f:
             json.dump(meta, f, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
             f.write("\n")
             f.flush()
             os.fsync(f.fileno())
-        _fsync_fd(tmp_dir, os.O_RDONLY)
+        fsync_fd(tmp_dir, os.O_RDONLY)
         return meta
 
     # -- removing ---------------------------------------------------------------------------
 
     def _evict_dir(self, entry_dir: Path) -> None:
         """Take an entry out of service atomically (rename into tmp/), then delete it."""
+        self.state.forget(entry_dir.name)
         trash = self.tmp_root / f"trash-{uuid.uuid4().hex}"
         try:
             self.tmp_root.mkdir(parents=True, exist_ok=True)
@@ -379,7 +315,7 @@ class ArtifactCache:
         now = time.time()
         for p in self.tmp_root.iterdir():
             try:
-                stale = p.name.startswith("trash-") or now - _tree_mtime(p) > STALE_TMP_SECONDS
+                stale = p.name.startswith("trash-") or now - tree_mtime(p) > STALE_TMP_SECONDS
             except OSError:
                 continue
             if stale:
@@ -413,7 +349,7 @@ class ArtifactCache:
         count = 0
         if self.root.is_dir():
             for _, entry_dir in self._entry_dirs():
-                if _KEY_RE.fullmatch(entry_dir.name) and entry_dir.is_dir():
+                if KEY_RE.fullmatch(entry_dir.name) and entry_dir.is_dir():
                     self._evict_dir(entry_dir)
                     count += 1
         self._clean_tmp()
@@ -421,14 +357,15 @@ class ArtifactCache:
         return count
 
     def _remove_empty_shards(self) -> None:
+        """Remove empty shard folders, and the stat state once no entry is left to describe."""
         if not self.root.is_dir():
             return
+        left = False
         for shard in self.root.iterdir():
-            if _SHARD_RE.fullmatch(shard.name) and shard.is_dir():
+            if SHARD_RE.fullmatch(shard.name) and shard.is_dir():
                 try:
                     shard.rmdir()  # only succeeds when empty
                 except OSError:
-                    pass
-
-
-# -- sizes ------------------------------------------------------------------------------------
+                    left = True
+        if not left:
+            self.state.remove_files()
