@@ -87,6 +87,20 @@ def time_calls(
                      stopped_by=stopped_by)
 
 
+def time_block(call: Callable[[], Any], *, calls: int, warmup: int) -> list[float]:
+    """Milliseconds of each of `calls` calls after `warmup` untimed ones: one side's turn in a round
+    of an interleaved A/B measurement (`mlbench ab`)."""
+    for _ in range(warmup):
+        call()
+    clock = time.perf_counter_ns
+    samples_ns = [0] * calls  # allocated before the loop: nothing grows between calls
+    for i in range(calls):
+        t0 = clock()
+        call()
+        samples_ns[i] = clock() - t0
+    return [s / 1e6 for s in samples_ns]
+
+
 def time_once(call: Callable[[], Any]) -> tuple[float, Any]:
     """Milliseconds of a single call (a load, a first prediction) and its result."""
     t0 = time.perf_counter_ns()

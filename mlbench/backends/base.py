@@ -6,6 +6,8 @@ to turn a loaded model into an artifact and an artifact into figures.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -45,6 +47,33 @@ class Measurement:
     details: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class CallTimer:
+    """An artifact loaded once and ready to be timed in blocks of calls, on demand: what `mlbench ab`
+    interleaves with another side's timer. `context` is entered around each block (a backend's thread
+    settings, torch's inference mode); `release` frees what was loaded."""
+
+    call: Callable[[], Any]
+    context: Callable[[], AbstractContextManager[Any]] = nullcontext
+    release: Callable[[], None] | None = None
+
+    def time(self, calls: int, warmup: int) -> list[float]:
+        """Milliseconds of each of `calls` timed calls, after `warmup` untimed ones."""
+        from mlbench.timing import time_block
+
+        with self.context():
+            return time_block(self.call, calls=calls, warmup=warmup)
+
+    def close(self) -> None:
+        if self.release is not None:
+            self.release()
+        self.call = _released
+
+
+def _released() -> Any:
+    raise RuntimeError("this timer was closed")
+
+
 class Backend:
     """Base class: one instance per target entry of a pipeline."""
 
@@ -65,6 +94,18 @@ class Backend:
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         """Time, verify and analyse one variant. Raise VariantSkipped when this machine can't."""
         raise NotImplementedError
+
+    def untimeable(self, variant: Variant) -> str | None:
+        """Why `call_timer` cannot time this variant on this machine, asked before anything is exported;
+        None when it can."""
+        if type(self).call_timer is Backend.call_timer:
+            return f"the {self.name} backend cannot time an artifact's calls on demand"
+        return None
+
+    def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        """Load the variant's artifact as `measure` would and return a timer of its calls, for
+        measurements interleaved with another artifact's. Raise VariantSkipped when this machine can't."""
+        raise VariantSkipped(f"the {self.name} backend cannot time an artifact's calls on demand")
 
 
 def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None = None,

@@ -287,6 +287,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_compare(sub)
     register_history(sub)
+    from mlbench.cli.ab import register as register_ab
+
+    register_ab(sub)
     return parser
 
 

@@ -21,107 +21,28 @@ an improvement, under the same tests.
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
-from mlbench.config.base import suggest
-from mlbench.metrics import catalog, compared_by_default, estimate_mark, format_value, info, known_names
+from mlbench.compare.paired import TEST_NAME as PAIRED_TEST
+from mlbench.compare.paired import PairedChange
+from mlbench.compare.rules import (  # noqa: F401  (re-exported: the rules are part of compare's API)
+    CORE_DEFAULT_RULES,
+    STATUS_VALUES,
+    Rule,
+    RuleError,
+    default_rules,
+    parse_rule,
+    parse_rules,
+)
+from mlbench.load import load_warning
+from mlbench.metrics import compared_by_default, estimate_mark, format_value, info
 from mlbench.records import RunRecord, RunReport
-
-# What is compared, which metrics a rule may name, and which move in percentage points (fractions)
-# all come from the metrics catalog (mlbench.metrics).
-STATUS_VALUES = ("failed", "skipped", "gone")
-CORE_DEFAULT_RULES = ("latency.median:+10%", "status:failed")
-
-
-def default_rules() -> list[str]:
-    """mlbench's default gate, plus the rules each registered backend adds (a placement share that
-    must not fall, for example)."""
-    from mlbench.backends.registry import default_rules as backend_rules
-
-    return [CORE_DEFAULT_RULES[0], *backend_rules(), *CORE_DEFAULT_RULES[1:]]
 
 Group = Literal["regressed", "improved", "unchanged", "new", "gone"]
 GROUPS: tuple[Group, ...] = ("regressed", "improved", "unchanged", "new", "gone")
-
-_THRESHOLD = re.compile(r"^(?P<op>[+-]|[<>])(?P<num>(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)(?P<unit>%|pp)?$")
-
-
-class RuleError(ValueError):
-    """A rule that cannot be parsed; the message is one line and names the rule."""
-
-
-class Rule(BaseModel):
-    """One parsed gate rule."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    text: str
-    metric: str
-    kind: Literal["relative", "points", "absolute_change", "above", "below", "status"]
-    direction: Literal[1, -1] = Field(default=1, description="+1: a rise is bad; -1: a fall is bad.")
-    threshold: float = 0.0
-    status: str | None = None
-
-    def describe(self) -> str:
-        word = "rises" if self.direction > 0 else "falls"
-        if self.kind == "relative":
-            return f"{self.metric} {word} by more than {self.threshold:g}%"
-        if self.kind == "points":
-            return f"{self.metric} {word} by more than {self.threshold:g} percentage points"
-        if self.kind == "absolute_change":
-            return f"{self.metric} {word} by more than {self.threshold:g}"
-        if self.kind == "above":
-            return f"{self.metric} is above {self.threshold:g}"
-        if self.kind == "below":
-            return f"{self.metric} is below {self.threshold:g}"
-        return f"a variant becomes {self.status}"
-
-
-def parse_rule(text: str) -> Rule:
-    """`latency.median:+10%` → Rule; anything else raises RuleError with a one-line reason."""
-    if not isinstance(text, str):
-        raise RuleError(f"a rule is text like 'latency.median:+10%', got {text!r}")
-    raw = text.strip()
-    metric, sep, threshold = raw.partition(":")
-    metric, threshold = metric.strip(), threshold.strip()
-    if not sep or not metric or not threshold:
-        raise RuleError(f"rule '{raw}' is not METRIC:THRESHOLD (e.g. latency.median:+10%, "
-                        "placement.neural_engine:-5pp, verify.max_rel:>1e-2, status:failed)")
-    if metric == "status":
-        if threshold not in STATUS_VALUES:
-            raise RuleError(f"rule '{raw}': status can be {', '.join(STATUS_VALUES)}, "
-                            f"not '{threshold}'{suggest(threshold, list(STATUS_VALUES))}")
-        return Rule(text=raw, metric="status", kind="status", status=threshold)
-    known = info(metric)
-    if known is None:
-        names = known_names()
-        raise RuleError(f"rule '{raw}': unknown metric '{metric}'{suggest(metric, [*names, 'status'])} "
-                        f"(known: {', '.join(names)})")
-    match = _THRESHOLD.match(threshold)
-    if not match:
-        raise RuleError(f"rule '{raw}': threshold '{threshold}' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N")
-    op, number, unit = match["op"], float(match["num"]), match["unit"]
-    if op in "<>":
-        if unit:
-            raise RuleError(f"rule '{raw}': a limit ({op}N) is a plain number in the metric's unit, without {unit}")
-        return Rule(text=raw, metric=metric, kind="above" if op == ">" else "below",
-                    direction=1 if op == ">" else -1, threshold=number)
-    direction = 1 if op == "+" else -1
-    if unit == "pp" and not known.is_fraction:
-        fractions = ", ".join(m.name for m in catalog().values() if m.is_fraction)
-        raise RuleError(f"rule '{raw}': percentage points apply to fractions ({fractions}); use % for {metric}")
-    if unit == "pp" and number > 100:
-        raise RuleError(f"rule '{raw}': a fraction cannot move by more than 100 percentage points")
-    kind = {"%": "relative", "pp": "points", None: "absolute_change"}[unit]
-    return Rule(text=raw, metric=metric, kind=kind, direction=direction, threshold=number)
-
-
-def parse_rules(texts: list[str]) -> list[Rule]:
-    return [parse_rule(t) for t in texts]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -184,6 +105,19 @@ class VariantComparison(BaseModel):
                                  description="Threshold crossings the noise test did not confirm.")
 
 
+class Interleaved(BaseModel):
+    """How `mlbench ab` measured: both sides alternately on one machine, judged by paired rounds."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rounds: int
+    calls: int = Field(description="Timed calls per side per round.")
+    warmup: int = Field(description="Untimed calls before each side's timed calls, every round.")
+    order: str = Field(description="Which side went first in successive rounds, e.g. 'A B, B A, ...'.")
+    load: dict | None = Field(default=None, description="The machine's load while the rounds ran.")
+    skipped: dict[str, str] = Field(default_factory=dict, description="Variants not timed, with the reason.")
+
+
 class Comparison(BaseModel):
     """Two runs, variant by variant; `regressed` decides the exit code of `mlbench compare`."""
 
@@ -198,6 +132,8 @@ class Comparison(BaseModel):
     warnings: list[str]
     regressed: bool
     counts: dict[str, int]
+    interleaved: Interleaved | None = Field(
+        default=None, description="Set by `mlbench ab`: both sides measured alternately in one run.")
 
 
 
@@ -222,7 +158,8 @@ def _samples(record: RunRecord) -> list[float] | None:
     return list(record.latency.samples) if record.latency is not None else None
 
 
-def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> MetricDelta | None:
+def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float,
+           paired: dict[str, PairedChange] | None = None) -> MetricDelta | None:
     b, h = base.metrics.get(metric), head.metrics.get(metric)
     if b is None and h is None:
         return None
@@ -242,7 +179,10 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
         note = f"base is {b.source}, head is {h.source}"
     noise = None
     known = info(metric)
-    if known is not None and known.sampled and b.source == "measured" and h.source == "measured":
+    ratio = (hv / bv) if bv else None
+    if paired is not None and metric in paired:  # interleaved rounds: the paired estimate and test
+        ratio, noise = paired[metric].ratio, paired[metric].noise
+    elif known is not None and known.sampled and b.source == "measured" and h.source == "measured":
         bs, hs = _samples(base), _samples(head)
         if bs is None or hs is None:
             noise = NoiseTest(test=TEST_NAME, n_base=len(bs or []), n_head=len(hs or []), u=None, p_value=None,
@@ -254,7 +194,7 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float) -> Metri
                 noise.interval = ratio_interval(bs, hs, statistic, alpha)
     return MetricDelta(
         metric=metric, unit=unit, base=bv, head=hv, base_source=b.source, head_source=h.source,
-        ratio=(hv / bv) if bv else None, points=(hv - bv) * 100 if known is not None and known.is_fraction else None,
+        ratio=ratio, points=(hv - bv) * 100 if known is not None and known.is_fraction else None,
         change=hv - bv, noise=noise, note=note,
     )
 
@@ -284,9 +224,9 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
     if d.base is None:
         return 0
     if rule.kind == "relative":
-        if not d.base:
+        if d.ratio is None:
             return 0
-        moved = (d.head / d.base - 1) * 100 * rule.direction
+        moved = (d.ratio - 1) * 100 * rule.direction
     elif rule.kind == "points":
         moved = (d.head - d.base) * 100 * rule.direction
     else:
@@ -343,8 +283,13 @@ def _status_finding(rule: Rule, base: RunRecord | None, head: RunRecord | None) 
 
 def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *, alpha: float = DEFAULT_ALPHA,
             base_label: str = "base", head_label: str = "head", base_commit: str | None = None,
-            head_commit: str | None = None) -> Comparison:
-    """Match variants by id and judge every rule; see the module docstring for the rule forms."""
+            head_commit: str | None = None, paired: dict[str, dict[str, PairedChange]] | None = None,
+            interleaved: Interleaved | None = None) -> Comparison:
+    """Match variants by id and judge every rule; see the module docstring for the rule forms.
+
+    `paired` (variant id → metric → change) replaces the two-sample test and ratio of those metrics
+    with paired ones over interleaved rounds; `interleaved` says how those rounds ran (`mlbench ab`).
+    """
     rules = list(rules) if rules is not None else parse_rules(default_rules())
     compared = compared_by_default()
     metrics = compared + [r.metric for r in rules if r.kind != "status" and r.metric not in compared]
@@ -360,7 +305,7 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
         held_back: list[str] = []
         if b is not None and h is not None:
             for metric in metrics:
-                d = _delta(metric, b, h, alpha)
+                d = _delta(metric, b, h, alpha, (paired or {}).get(variant_id))
                 if d is not None:
                     deltas.append(d)
             by_metric = {d.metric: d for d in deltas}
@@ -399,18 +344,28 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
     if machine_key(base.machine) != machine_key(head.machine):
         warnings.append(f"the runs are from different machines ({machine_words(base.machine)} vs "
                         f"{machine_words(head.machine)}): latency differences may be the machine's")
-    if base.pipeline.name != head.pipeline.name:
+    if interleaved is not None:
+        pass  # two pipeline files measured side by side: that they differ is the point
+    elif base.pipeline.name != head.pipeline.name:
         warnings.append(f"the runs are of different pipelines ({base.pipeline.name} vs {head.pipeline.name})")
     elif base.pipeline.sha256 != head.pipeline.sha256:
         warnings.append("the pipeline file changed between the runs")
+    if interleaved is None and (loaded := load_warning(base.machine.get("load"), head.machine.get("load"))):
+        warnings.append(loaded)
     if head.finished is None or base.finished is None:
         warnings.append("a run was interrupted: its report is partial")
     counts = {g: sum(v.group == g for v in variants) for g in GROUPS}
+    noise_test = (f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}, and a seeded bootstrap "
+                  f"{100 * (1 - alpha):g}% interval of the median (or p90) ratio")
+    if interleaved is not None:
+        noise_test = (f"{PAIRED_TEST} (two-sided) on the log ratios head/base of {interleaved.rounds} interleaved "
+                      f"rounds, α={alpha:g}, and a seeded bootstrap {100 * (1 - alpha):g}% interval of the median "
+                      "per-round ratio")
     return Comparison(
         base=run_ref(base, base_label, base_commit), head=run_ref(head, head_label, head_commit),
         rules=[r.text for r in rules],
-        noise_test=f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}, and a seeded bootstrap "
-        f"{100 * (1 - alpha):g}% interval of the median (or p90) ratio: a latency rule counts a change only when the "
-        "threshold is crossed, the test finds the samples differ, and the whole interval lies past the threshold",
+        noise_test=noise_test + ": a latency rule counts a change only when the threshold is crossed, the test "
+        "finds the two sides differ, and the whole interval lies past the threshold",
         alpha=alpha, variants=variants, warnings=warnings, regressed=counts["regressed"] > 0, counts=counts,
+        interleaved=interleaved,
     )

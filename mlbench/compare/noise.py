@@ -33,7 +33,8 @@ class NoiseTest(BaseModel):
     test: str = Field(description="Which test ran, e.g. 'Mann–Whitney U (two-sided, exact)'.")
     n_base: int
     n_head: int
-    u: float | None = Field(description="U statistic of the head samples; null when the test could not run.")
+    u: float | None = Field(description="The test's statistic (Mann–Whitney: U of the head samples; Wilcoxon "
+                            "signed-rank: W); null when the test could not run.")
     p_value: float | None = Field(description="Two-sided p-value; null when the test could not run.")
     alpha: float = Field(description="Significance level: the change is real when p_value < alpha.")
     significant: bool = Field(description="True when the samples differ beyond noise.")

@@ -71,7 +71,7 @@ class VerifySettings(StrictModel):
 
 
 def _gate_rule(text: str) -> str:
-    from mlbench.compare.comparison import RuleError, parse_rule
+    from mlbench.compare.rules import RuleError, parse_rule
 
     try:
         parse_rule(text)

@@ -3,7 +3,14 @@ new / gone — ready for a pull-request comment or `$GITHUB_STEP_SUMMARY`."""
 
 from __future__ import annotations
 
-from mlbench.compare.comparison import Comparison, MetricDelta, RunRef, VariantComparison, describe_change
+from mlbench.compare.comparison import (
+    Comparison,
+    Interleaved,
+    MetricDelta,
+    RunRef,
+    VariantComparison,
+    describe_change,
+)
 from mlbench.metrics import estimate_mark, format_value, headline
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
@@ -48,15 +55,27 @@ def _summary_row(v: VariantComparison) -> str:
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
+def _interleaved(info: Interleaved) -> str:
+    from mlbench.load import describe
+
+    load = f" Load meanwhile: {describe(info.load)}." if info.load else ""
+    return (f"Measured interleaved on one machine: {info.rounds} rounds, each side {info.calls} timed calls per "
+            f"round after {info.warmup} untimed, in the order {info.order}; figures pool every round, changes are "
+            f"the median of the per-round ratios.{load}")
+
+
 def render_comparison_markdown(comparison: Comparison) -> str:
     c = comparison
     counts = ", ".join(f"{n} {g}" for g, n in c.counts.items() if n)
     verdict = ("**Regression**: " + ", ".join(f"`{v.variant_id}`" for v in c.variants if v.group == "regressed")
                if c.regressed else "**No regression**")
-    lines = [f"## mlbench compare: {c.base.pipeline}", "", f"{verdict} ({counts}).", "",
+    command = "ab" if c.interleaved is not None else "compare"
+    lines = [f"## mlbench {command}: {c.base.pipeline}", "", f"{verdict} ({counts}).", "",
              _ref("Base", c.base), _ref("Head", c.head), "",
              "Rules: " + ", ".join(f"`{r}`" for r in c.rules) + ".",
              f"Noise guard: {c.noise_test}.", ""]
+    if c.interleaved is not None:
+        lines += [_interleaved(c.interleaved), ""]
     for warning in c.warnings:
         lines.append(f"> warning: {warning}")
     if c.warnings:
@@ -89,6 +108,10 @@ def render_comparison_markdown(comparison: Comparison) -> str:
             lines += [f"### {TITLES[group]} ({len(members)})", ""]
             lines += [f"- `{v.variant_id}` ({v.head_status or v.base_status})" for v in members]
             lines.append("")
+    if c.interleaved is not None and c.interleaved.skipped:
+        lines += [f"### Not timed ({len(c.interleaved.skipped)})", ""]
+        lines += [f"- `{_cell(vid)}`: {_cell(why)}" for vid, why in c.interleaved.skipped.items()]
+        lines.append("")
     held = [(v, h) for v in c.variants for h in v.held_back]
     if held:
         lines += ["### Within noise (not counted)", "",

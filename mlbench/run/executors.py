@@ -23,6 +23,7 @@ from mlbench.run.tasks import (
     failed_record,
     measure_task,
     run_group,
+    warm_task,
 )
 from mlbench.run.threads import limited_threads
 
@@ -48,33 +49,46 @@ class LocalExecutor:
         if jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
+        self._warming: list[Any] = []
 
     def describe(self) -> str:
         return f"local, {self.jobs} export job{'s' if self.jobs != 1 else ''}"
 
+    def _pool(self, exports: int) -> Any:
+        from joblib.externals.loky import get_reusable_executor
+
+        return get_reusable_executor(max_workers=min(self.jobs, exports) - 1)
+
+    def warm(self, packages: list[str], exports: int) -> None:
+        """Start the worker processes now, each importing `packages` (torch, a converter), while this
+        process works out the export order: seconds of imports no longer delay the first export."""
+        if self.jobs == 1 or exports < 2:
+            return
+        pool = self._pool(exports)
+        self._warming = [pool.submit(warm_task, packages) for _ in range(min(self.jobs, exports) - 1)]
+
     def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
-        """Build the artifacts of `variants` (one per artifact) in parallel, reporting each outcome.
+        """Build the artifacts of `variants` (one per artifact, longest first) in parallel, reporting each outcome.
 
         This process takes a share of the exports itself beside `jobs - 1` worker processes (joblib's
         loky pool): it would only wait otherwise, and what it imports and builds now serves the
-        measurements that follow.
+        measurements that follow. Every process takes the next export in order when it is free, so
+        the longest start first and the last to finish is short.
         """
         if self.jobs == 1 or len(variants) < 2:
             return  # exported in order during measurement, in this process: nothing to gain
         from concurrent.futures import FIRST_COMPLETED, Future, wait
 
-        from joblib.externals.loky import get_reusable_executor
-
         threads = max(1, available_cpus() // self.jobs)  # no oversubscription across processes
         workers = min(self.jobs, len(variants)) - 1
-        pool = get_reusable_executor(max_workers=workers)
+        pool = self._pool(len(variants))
         pending = list(variants)
         in_flight: set[Future[ExportOutcome]] = set()
         with limited_threads(threads):
             while pending or in_flight:
-                while pending and len(in_flight) < workers:  # workers take from the end ...
-                    in_flight.add(pool.submit(export_task, spec, pending.pop(), threads))
-                if pending:  # ... and this process from the front
+                while pending and len(in_flight) < workers:  # workers take the next ...
+                    in_flight.add(pool.submit(export_task, spec, pending.pop(0), threads))
+                if pending:  # ... and so does this process
                     on_done(export_artifact(ctx, pending.pop(0)))
                 else:
                     wait(in_flight, return_when=FIRST_COMPLETED)
@@ -130,6 +144,9 @@ class DaskExecutor:
                 return (f"no worker of the Dask cluster at {self.address} declares the resource '{name}' "
                         f"(start workers with --resources {name}=1)")
         return None
+
+    def warm(self, packages: list[str], exports: int) -> None:
+        pass  # Dask workers are long-lived: their imports are paid once, before any run
 
     def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
         from distributed import as_completed

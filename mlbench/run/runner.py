@@ -13,6 +13,7 @@ from mlbench import __version__
 from mlbench.backends.registry import backend_class
 from mlbench.config.load import Pipeline
 from mlbench.errors import UserError, short_error
+from mlbench.load import LoadSample, load_between, sample
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
 from mlbench.records import PipelineInfo, RunRecord, RunReport
@@ -43,6 +44,7 @@ class Runner:
         self.records: dict[str, RunRecord] = {}
         self.built_keys: set[str] = set()  # artifacts this run built ahead of measuring them
         self.artifacts: dict[str, dict] = {}
+        self.measure_load: tuple[LoadSample, LoadSample | None] | None = None  # the measurement phase's window
 
     # -- bookkeeping -------------------------------------------------------------------------
 
@@ -94,6 +96,13 @@ class Runner:
         self.progress.start(len(self.plan.variants), done=len(self.records))
         try:
             to_export = [g[0] for g in groups if backend_class(g[0].backend).cached_export]
+            if len(to_export) > 1 and self.jobs > 1 and not self.executor_address:
+                from mlbench.backends.registry import specs
+                from mlbench.run.schedule import longest_first
+
+                executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].packages], len(to_export))
+                history = self.pipeline.history_path if self.config.history.enabled else None
+                to_export = longest_first(to_export, self.config, self.pipeline.base_dir, history)
             for variant in to_export:
                 self.progress.stage(variant.artifact_id, "queued")
             failures: dict[str, str] = {}
@@ -106,8 +115,10 @@ class Runner:
                 self.progress.stage(outcome.variant_id, "exported")
 
             executor.export(self.spec, self.ctx, to_export, exported)
+            self.measure_load = (sample(), None)
             for finished in executor.measure(self.spec, self.ctx, groups, failures, self.progress.stage):
                 self._finish(finished)
+            self.measure_load = (self.measure_load[0], sample())
         finally:
             self.progress.stop()
             executor.close()
@@ -116,13 +127,17 @@ class Runner:
     def report(self, *, finished: bool) -> RunReport:
         order = {v.id: i for i, v in enumerate(self.plan.variants)}
         records = sorted(self.records.values(), key=lambda r: order.get(r.variant_id, len(order)))
+        machine = snapshot()
+        if self.measure_load is not None:  # how busy the machine was while this run measured
+            start, end = self.measure_load
+            machine["load"] = load_between(start, end or sample(), "measurement")
         return RunReport(
             mlbench_version=__version__,
             run_id=self.run_id,
             created=self.created,
             finished=utc_now() if finished else None,
             pipeline=PipelineInfo(name=self.config.name, path=str(self.pipeline.path), sha256=self.pipeline.sha256),
-            machine=snapshot(),
+            machine=machine,
             settings={"latency": self.config.latency.model_dump(mode="json"),
                       "verify": self.config.verify.model_dump(mode="json"), "seed": self.config.seed},
             records=records,

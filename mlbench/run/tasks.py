@@ -216,6 +216,20 @@ def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) ->
         return export_artifact(_context(spec), variant)
 
 
+def warm_task(packages: list[str]) -> list[str]:
+    """Worker: import what the exports will need (torch, a converter) before the first one arrives;
+    returns the packages that could not be imported (the export will say why)."""
+    import importlib
+
+    missing = []
+    for name in packages:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - not ours to report here
+            missing.append(name)
+    return missing
+
+
 def measure_task(spec: WorkSpec, variants: list[Variant], export_failure: str | None = None) -> list[dict[str, Any]]:
     """Worker: measure one artifact's variants; records as JSON-ready dicts (they cross machines)."""
     ctx = _context(spec)

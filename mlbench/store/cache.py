@@ -21,7 +21,6 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,16 @@ from typing import Any
 from mlbench.errors import UserError
 from mlbench.store.entry import (
     KEY_RE,
-    RESERVED_META,
-    SHARD_RE,
     META_NAME,
     MIN_PREFIX,
+    RESERVED_META,
+    SHARD_RE,
     STALE_TMP_SECONDS,
     TMP_DIR,
     BuildResult,
     CacheEntry,
-    check_key,
     Corrupt,
+    check_key,
     fsync_fd,
     fsync_path,
     read_meta,

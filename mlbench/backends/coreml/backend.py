@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import Backend, Exported, Measurement, placement_metrics
+from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, placement_metrics
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
@@ -95,6 +95,16 @@ class CoremlBackend(Backend):
         }
         return Exported(payload=CoremlArtifact(cached.path, analysis), info=cached.info, details=details)
 
+    def untimeable(self, variant: Variant) -> str | None:
+        return _not_macos() if sys.platform != "darwin" else None
+
+    def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        if sys.platform != "darwin":
+            raise VariantSkipped(_not_macos())
+        from mlbench.backends.coreml.runtime import prediction_timer
+
+        return prediction_timer(exported.payload, model, variant)
+
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
@@ -112,7 +122,7 @@ class CoremlBackend(Backend):
             metrics.update(estimates)
             details["latency_estimate"] = parts
         if sys.platform != "darwin":
-            reason = NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
+            reason = _not_macos()
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                                ("latency.best", "ms"), ("latency.p90", "ms")):
                 metrics[name] = Metric.absent(unit, reason)
@@ -147,6 +157,10 @@ def machine_chip() -> str | None:
     except (OSError, subprocess.SubprocessError):  # pragma: no cover
         return None
     return chip_for_machine(brand, builtin_chips())  # pragma: no cover
+
+
+def _not_macos() -> str:
+    return NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
 
 
 def placement_for(artifact: CoremlArtifact, compute_units: str):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import REFERENCE, Measurement, runtime_metrics
+from mlbench.backends.base import REFERENCE, CallTimer, Measurement, runtime_metrics
 from mlbench.records import Metric
 from mlbench.timing import time_calls, time_once
 
@@ -82,3 +82,14 @@ def measure_package(
         metrics["latency.coreml_median"] = Metric.measured(coreml_latency.median, "ms")
         details["coreml_latency"] = coreml_latency.model_dump(mode="json")
     return Measurement(metrics=metrics, latency=latency, verify=verify, details=details)
+
+
+def prediction_timer(artifact: CoremlArtifact, model: LoadedModel, variant: Variant) -> CallTimer:  # pragma: no cover
+    """The package loaded once for the variant's compute units; each call one prediction (macOS only)."""
+    import coremltools as ct
+
+    compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
+    mlmodel = ct.models.MLModel(str(artifact.package), compute_units=compute_units)
+    inputs = prediction_inputs(artifact, model)
+    predict = mlmodel.predict
+    return CallTimer(lambda: predict(inputs))

@@ -24,6 +24,7 @@ from mlbench import __version__
 from mlbench.backends.base import (
     REFERENCE,
     Backend,
+    CallTimer,
     Exported,
     Measurement,
     VariantSkipped,
@@ -137,6 +138,24 @@ class OnnxruntimeBackend(Backend):
                                  f"(the session got {', '.join(session.get_providers())})")
         return session
 
+    def _require_provider(self, ort: Any, provider: str) -> None:
+        ort_name = PROVIDERS[provider]
+        available = ort.get_available_providers()
+        if ort_name not in available:
+            raise VariantSkipped(f"onnxruntime {ort.__version__} on this machine has no {ort_name} "
+                                 f"(available: {', '.join(available)})")
+
+    def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        import onnxruntime as ort
+
+        provider = variant.axis("providers")
+        self._require_provider(ort, provider)
+        artifact: OnnxArtifact = exported.payload
+        session = self._session(ort, artifact.path, provider, self._session_options(ort))
+        feed = _feed(session, model)
+        run = session.run
+        return CallTimer(lambda: run(None, feed))
+
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import onnxruntime as ort
 
@@ -147,10 +166,7 @@ class OnnxruntimeBackend(Backend):
         artifact: OnnxArtifact = exported.payload
         precision, provider = variant.axis("precision"), variant.axis("providers")
         ort_name = PROVIDERS[provider]
-        available = ort.get_available_providers()
-        if ort_name not in available:
-            raise VariantSkipped(f"onnxruntime {ort.__version__} on this machine has no {ort_name} "
-                                 f"(available: {', '.join(available)})")
+        self._require_provider(ort, provider)
         metrics = static_metrics(artifact, exported.info.size_bytes if exported.info else 0)
 
         load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))

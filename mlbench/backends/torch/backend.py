@@ -8,8 +8,20 @@ torch is imported inside methods so that validating a pipeline never imports it.
 from __future__ import annotations
 
 import copy
+import functools
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
 
-from mlbench.backends.base import REFERENCE, Backend, Exported, Measurement, VariantSkipped, runtime_metrics
+from mlbench.backends.base import (
+    REFERENCE,
+    Backend,
+    CallTimer,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    runtime_metrics,
+)
 from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
 from mlbench.sources.loading import LoadedModel, flatten_outputs
@@ -27,34 +39,56 @@ class TorchBackend(Backend):
         module = model.module if dtype == torch.float32 else copy.deepcopy(model.module).to(dtype)
         return Exported(payload=module)
 
-    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+    def _prepare(self, model: LoadedModel, exported: Exported, variant: Variant) -> Callable[[], Any]:
+        """The module on its device and its inputs, as one call (synchronised on accelerators)."""
         import torch
 
         device = variant.axis("device")
         _require_device(device)
-        precision = variant.axis("precision")
-        dtype = getattr(torch, precision)
+        dtype = getattr(torch, variant.axis("precision"))
         module = exported.payload.to(device)
         inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
                   for t in model.example_inputs]
+        if device == "cpu":  # nothing to wait for: the module itself, no wrapper frame per call
+            return functools.partial(module, *inputs)
         sync = _synchronizer(device)
-        previous_threads = torch.get_num_threads()
-        if self.target.threads:
+
+        def call() -> object:
+            out = module(*inputs)
+            sync()
+            return out
+
+        return call
+
+    @contextmanager
+    def _settings(self) -> Iterator[None]:
+        """Inference mode, and the target's thread count when it sets one (only then: re-setting torch's
+        thread pools costs the calls that follow)."""
+        import torch
+
+        previous = torch.get_num_threads()
+        if self.target.threads and self.target.threads != previous:
             torch.set_num_threads(self.target.threads)
         try:
             with torch.inference_mode():
-                def call() -> object:
-                    out = module(*inputs)
-                    sync()
-                    return out
+                yield
+        finally:
+            if torch.get_num_threads() != previous:
+                torch.set_num_threads(previous)
 
+    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        import torch
+
+        device, precision = variant.axis("device"), variant.axis("precision")
+        call = self._prepare(model, exported, variant)
+        try:
+            with self._settings():
                 first_ms, output = time_once(call)
                 settings = self.config.latency
                 latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                      min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                                      threads=torch.get_num_threads() if device == "cpu" else None)
         finally:
-            torch.set_num_threads(previous_threads)
             if device != "cpu":
                 exported.payload.to("cpu")
         if device == "cpu" and precision == "float32":
@@ -65,6 +99,7 @@ class TorchBackend(Backend):
         def outputs(result: object) -> list:
             return [t.detach().float().cpu().numpy() for _, t in flatten_outputs(result)]
 
+        dtype = getattr(torch, precision)
         pairs = [(model.reference, outputs(output))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
             sample_inputs, reference = model.sample(index)
@@ -78,6 +113,11 @@ class TorchBackend(Backend):
                                  reference_name=REFERENCE)
         return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
                            verify=verify)
+
+    def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        call = self._prepare(model, exported, variant)
+        release = (lambda: exported.payload.to("cpu")) if variant.axis("device") != "cpu" else None
+        return CallTimer(call, context=self._settings, release=release)
 
 
 def _require_device(device: str) -> None:

@@ -1,0 +1,147 @@
+"""`mlbench ab BASE HEAD` (or `mlbench ab HEAD --git-base REF`): the matching variants of two pipelines
+measured alternately on this machine, judged by paired statistics; output and exit codes as
+`mlbench compare` (0 no regression, 1 a regression, 2 bad input, 130 interrupted)."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import io
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mlbench.errors import UserError
+
+
+def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    try:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=300)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UserError(f"--git-base: cannot run git: {exc}") from None
+
+
+@contextmanager
+def pipeline_at_revision(path: Path, ref: str) -> Iterator[tuple[Path, str]]:
+    """The repository holding `path`, as it was at `ref`, in a temporary folder: (the pipeline file
+    there, the commit). Model files the pipeline names by path come from that revision too."""
+    folder = path.resolve().parent
+    top = _git(folder, "rev-parse", "--show-toplevel")
+    if top.returncode != 0:
+        raise UserError("not inside a git repository: --git-base needs one", file=path)
+    root = Path(top.stdout.decode().strip())
+    commit = _git(root, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}")
+    if commit.returncode != 0:
+        raise UserError(f"--git-base: git knows no commit '{ref}' in {root}")
+    sha = commit.stdout.decode().strip()
+    archive = _git(root, "archive", "--format=tar", sha)
+    if archive.returncode != 0:
+        raise UserError(f"--git-base: git archive {ref} failed: {archive.stderr.decode().strip()[:200]}")
+    relative = path.resolve().relative_to(root)
+    with tempfile.TemporaryDirectory(prefix="mlbench-ab-base-") as tmp:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            try:
+                tar.extractall(tmp, filter="data")
+            except TypeError:  # Python < 3.10.12 has no extraction filters; git archive writes plain files
+                tar.extractall(tmp)
+        base = Path(tmp) / relative
+        if not base.is_file():
+            raise UserError(f"--git-base: {relative.as_posix()} does not exist at {ref} ({sha[:10]})")
+        yield base, sha
+
+
+def _variant_filter(patterns: list[str] | None):
+    if not patterns:
+        return None
+    return lambda variant_id: any(fnmatch.fnmatchcase(variant_id, p) for p in patterns)
+
+
+def cmd_ab(args: argparse.Namespace) -> int:
+    from mlbench.compare.rules import RuleError, default_rules, parse_rules
+    from mlbench.config.load import Pipeline, load_pipeline
+    from mlbench.config.pipeline import CacheSettings
+    from mlbench.run.ab import AbSettings, run_ab
+
+    if args.git_base is None and args.head is None:
+        raise UserError("mlbench ab: give BASE and HEAD pipeline files, or one file and --git-base REF")
+    if args.git_base is not None and args.head is not None:
+        raise UserError("mlbench ab: --git-base takes one pipeline file (HEAD); BASE is that file at the revision")
+    for name in ("rounds", "calls"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be at least 0, got {args.warmup}")
+    if not 0 < args.alpha < 1:
+        raise UserError(f"--alpha: {args.alpha:g} is not between 0 and 1")
+    head_file = Path(args.head if args.git_base is None else args.base)
+    head = load_pipeline(head_file)
+    texts = args.fail_on or list(head.config.report.gate) or default_rules()
+    try:
+        rules = parse_rules(texts)
+    except RuleError as exc:
+        raise UserError(f"--fail-on: {exc}") from None
+    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+
+    def report(variant_id: str, outcome: str) -> None:
+        if not args.quiet:
+            print(f"ab: {variant_id}: {outcome}", file=sys.stderr, flush=True)
+
+    def compare_with(base: Pipeline, base_label: str, base_commit: str | None) -> int:
+        try:
+            comparison = run_ab(base, head, rules, settings=settings, alpha=args.alpha,
+                                select=_variant_filter(args.variant), on_variant=report, base_label=base_label,
+                                head_label=str(head_file), base_commit=base_commit)
+        except KeyboardInterrupt:
+            print("interrupted: nothing was compared", file=sys.stderr)
+            return 130
+        if args.format == "json":
+            print(comparison.model_dump_json(indent=2))
+        else:
+            from mlbench.report.compare_markdown import render_comparison_markdown
+
+            print(render_comparison_markdown(comparison), end="")
+        return 1 if comparison.regressed else 0
+
+    if args.git_base is None:
+        return compare_with(load_pipeline(args.base), args.base, None)
+    with pipeline_at_revision(head_file, args.git_base) as (base_file, sha):
+        base = load_pipeline(base_file)
+        # one cache for both sides: entries are keyed by content, and the revision's folder is temporary
+        config = base.config.model_copy(update={"cache": CacheSettings(dir=head.cache_dir)})
+        base = Pipeline(config=config, path=base.path, sha256=base.sha256)
+        return compare_with(base, f"{head_file} at {args.git_base}", sha)
+
+
+def register(subparsers) -> None:
+    from mlbench.compare.noise import DEFAULT_ALPHA
+    from mlbench.run.ab import AbSettings
+
+    defaults = AbSettings()
+    p = subparsers.add_parser(
+        "ab", help="measure two pipelines' matching variants alternately on this machine; exit 1 on a regression",
+        description="BASE and HEAD are pipeline files (or HEAD alone with --git-base REF: the same file at a git "
+        "revision). Variants with the same id are exported as usual, then timed in alternating rounds (A B, B A, "
+        "...) so that machine drift hits both; the verdict uses paired statistics over the rounds. Rules and "
+        "output as mlbench compare.",
+    )
+    p.add_argument("base", metavar="BASE")
+    p.add_argument("head", metavar="HEAD", nargs="?")
+    p.add_argument("--git-base", metavar="REF", help="BASE is the HEAD file (and its repository) at this git revision")
+    p.add_argument("--fail-on", action="append", metavar="RULE",
+                   help="a regression rule (repeatable); default: HEAD's report.gate, else mlbench's defaults")
+    p.add_argument("--rounds", type=int, default=defaults.rounds, help=f"interleaved rounds (default {defaults.rounds})")
+    p.add_argument("--calls", type=int, default=defaults.calls,
+                   help=f"timed calls per side per round (default {defaults.calls})")
+    p.add_argument("--warmup", type=int, default=defaults.warmup,
+                   help=f"untimed calls before each side's timed calls (default {defaults.warmup})")
+    p.add_argument("--variant", action="append", metavar="PATTERN",
+                   help="only variants whose id matches this glob (repeatable)")
+    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                   help=f"significance level of the paired test (default {DEFAULT_ALPHA:g})")
+    p.add_argument("-q", "--quiet", action="store_true", help="no line per variant on stderr")
+    p.set_defaults(func=cmd_ab)

@@ -1,0 +1,199 @@
+"""`mlbench ab`: two pipelines' matching variants measured alternately on one machine (Chromium's
+Pinpoint, the Rust compiler's perf runs), so drift — another job starting, a thermal step, a
+noisy neighbour — hits both sides alike.
+
+Variants are matched by id; each side's artifact is exported as usual (through the cache) and loaded
+once through the backend's `call_timer`. Then, per variant, rounds alternate the order of the sides
+(A B, B A, A B, ...): in each round each side makes `warmup` untimed and `calls` timed calls. The
+verdict (`mlbench.compare.comparison.compare` with paired changes) judges the per-round ratios
+head / base, so it is the same rules, Markdown and JSON as `mlbench compare`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlbench import __version__
+from mlbench.backends.base import CallTimer, VariantSkipped
+from mlbench.compare.comparison import Comparison, Interleaved, compare
+from mlbench.compare.noise import DEFAULT_ALPHA
+from mlbench.compare.paired import PairedChange, paired_change
+from mlbench.compare.rules import Rule
+from mlbench.config.load import Pipeline
+from mlbench.errors import short_error
+from mlbench.load import load_between, sample
+from mlbench.machine import snapshot
+from mlbench.matrix import Plan, Variant, expand
+from mlbench.records import Metric, PipelineInfo, RunRecord, RunReport
+from mlbench.run.tasks import WorkContext, utc_now
+from mlbench.store.cache import ArtifactCache
+from mlbench.timing import percentile, summarise
+
+ORDER = "A B, B A, A B, B A, ... (A: base, B: head)"
+
+
+@dataclass(frozen=True)
+class AbSettings:
+    rounds: int = 20
+    calls: int = 20  # timed calls per side per round
+    warmup: int = 3  # untimed calls before each side's timed calls, every round
+
+
+@dataclass
+class _Side:
+    label: str
+    pipeline: Pipeline
+    ctx: WorkContext
+    records: dict[str, RunRecord] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, label: str, pipeline: Pipeline) -> _Side:
+        cache = ArtifactCache(pipeline.cache_dir)
+        return cls(label, pipeline, WorkContext(pipeline.config, pipeline.base_dir, cache))
+
+    def timer(self, variant: Variant) -> CallTimer:
+        backend = self.ctx.backend(variant)
+        why_not = backend.untimeable(variant)
+        if why_not is not None:  # before building or exporting anything
+            raise VariantSkipped(why_not)
+        model = self.ctx.model(variant.model)
+        with self.ctx.timed("export"):
+            exported = backend.export(model, variant)
+        return backend.call_timer(model, exported, variant)
+
+    def report(self, run_id: str, created: str, machine: dict[str, Any], settings: AbSettings) -> RunReport:
+        records = list(self.records.values())
+        return RunReport(
+            mlbench_version=__version__, run_id=run_id, created=created, finished=utc_now(),
+            pipeline=PipelineInfo(name=self.pipeline.config.name, path=str(self.pipeline.path),
+                                  sha256=self.pipeline.sha256),
+            machine=machine, settings={"ab": {"rounds": settings.rounds, "calls": settings.calls,
+                                              "warmup": settings.warmup}, "seed": self.pipeline.config.seed},
+            records=records, stage_seconds={k: round(v, 6) for k, v in self.ctx.stage_seconds.items()},
+            summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
+        )
+
+
+def _record(variant: Variant, status: str, started: str, t0: float, **fields: Any) -> RunRecord:
+    return RunRecord(variant_id=variant.id, model=variant.model, backend=variant.backend, axes=dict(variant.axes),
+                     artifact_id=variant.artifact_id, status=status, started=started,
+                     seconds=round(time.perf_counter() - t0, 6), **fields)
+
+
+def _stats(block: list[float]) -> dict[str, float]:
+    ordered = sorted(block)
+    return {"latency.median": statistics.median(ordered), "latency.best": ordered[0],
+            "latency.p90": percentile(ordered, 0.9)}
+
+
+def interleave(a: CallTimer, b: CallTimer, settings: AbSettings) -> tuple[list[list[float]], list[list[float]]]:
+    """Each side's timed blocks, one per round, with the sides' order alternating round by round."""
+    blocks: tuple[list[list[float]], list[list[float]]] = ([], [])
+    for r in range(settings.rounds):
+        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+            timer = (a, b)[side]
+            blocks[side].append(timer.time(settings.calls, settings.warmup))
+    return blocks
+
+
+def _timed_record(variant: Variant, blocks: list[list[float]], settings: AbSettings, started: str,
+                  t0: float) -> RunRecord:
+    pooled = [s for block in blocks for s in block]
+    latency = summarise(pooled, warmup=settings.warmup, threads=None, total_s=sum(pooled) / 1e3,
+                        stopped_by="repeats")
+    metrics = {name: Metric.measured(value, "ms") for name, value in
+               (("latency.median", latency.median), ("latency.best", latency.best), ("latency.p90", latency.p90))}
+    return _record(variant, "ok", started, t0, metrics=metrics, latency=latency,
+                   details={"ab_round_medians": [statistics.median(b) for b in blocks]})
+
+
+def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, settings: AbSettings | None = None,
+           alpha: float = DEFAULT_ALPHA, select: Callable[[str], bool] | None = None,
+           on_variant: Callable[[str, str], None] | None = None, base_label: str = "base", head_label: str = "head",
+           base_commit: str | None = None, head_commit: str | None = None) -> Comparison:
+    """Measure the variants BASE and HEAD share, interleaved, and compare them with paired statistics.
+
+    select(variant_id) picks which shared variants to measure (default: all); on_variant(id, outcome)
+    is told each variant's outcome as it finishes.
+    """
+    settings = settings or AbSettings()
+    sides = (_Side.of("base", base), _Side.of("head", head))
+    base_plan = {v.id: v for v in Plan(expand(base.config)).variants}
+    head_plan = list(Plan(expand(head.config)).variants)
+    head_ids = {v.id for v in head_plan}
+    skipped = {vid: "only in BASE: nothing to interleave with" for vid in base_plan if vid not in head_ids}
+    paired: dict[str, dict[str, PairedChange]] = {}
+    run_id, created = uuid.uuid4().hex[:12], utc_now()
+    started_load = sample()
+    for head_variant in head_plan:
+        vid = head_variant.id
+        if vid not in base_plan:
+            skipped[vid] = "only in HEAD: nothing to interleave with"
+            continue
+        if select is not None and not select(vid):
+            continue
+        outcome = _measure_pair(sides, (base_plan[vid], head_variant), settings, alpha, paired)
+        if outcome is not None and all(side.records[vid].status == "skipped" for side in sides):
+            skipped[vid] = outcome
+        if on_variant is not None:
+            on_variant(vid, outcome or "measured")
+    machine = {**snapshot(), "load": load_between(started_load, sample(), "interleaved rounds")}
+    reports = [side.report(f"{run_id}-{side.label}", created, machine, settings) for side in sides]
+    interleaved = Interleaved(rounds=settings.rounds, calls=settings.calls, warmup=settings.warmup, order=ORDER,
+                              load=machine["load"], skipped=skipped)
+    return compare(reports[0], reports[1], rules, alpha=alpha, base_label=base_label, head_label=head_label,
+                   base_commit=base_commit, head_commit=head_commit, paired=paired, interleaved=interleaved)
+
+
+def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant], settings: AbSettings,
+                  alpha: float, paired: dict[str, dict[str, PairedChange]]) -> str | None:
+    """Time one variant on both sides; its records go to each side. Returns why it was not timed, if so."""
+    started, t0 = utc_now(), time.perf_counter()
+    timers: list[CallTimer | None] = []
+    problems: list[tuple[str, str] | None] = []  # (status, reason) per side
+    for side, variant in zip(sides, variants):
+        try:
+            timers.append(side.timer(variant))
+            problems.append(None)
+        except VariantSkipped as exc:
+            timers.append(None)
+            problems.append(("skipped", str(exc)))
+        except Exception as exc:  # noqa: BLE001 - a side that cannot run fails its record, not the comparison
+            timers.append(None)
+            problems.append(("failed", short_error(exc)))
+    try:
+        a, b = timers
+        if a is not None and b is not None:
+            try:
+                blocks = interleave(a, b, settings)
+            except Exception as exc:  # noqa: BLE001 - a call that fails mid-round fails both records
+                for side, variant in zip(sides, variants):
+                    side.records[variant.id] = _record(variant, "failed", started, t0,
+                                                       error=f"measure: {short_error(exc)}")
+                return f"measure: {short_error(exc)}"
+            for side, variant, side_blocks in zip(sides, variants, blocks):
+                side.records[variant.id] = _timed_record(variant, side_blocks, settings, started, t0)
+            stats = [[_stats(block) for block in side_blocks] for side_blocks in blocks]
+            paired[variants[1].id] = {name: paired_change([s[name] for s in stats[0]], [s[name] for s in stats[1]],
+                                                          alpha) for name in stats[0][0]}
+            return None
+        for i, (side, variant) in enumerate(zip(sides, variants)):
+            problem, other = problems[i], problems[1 - i]
+            if problem is not None:
+                side.records[variant.id] = _record(variant, problem[0], started, t0, error=problem[1])
+            else:
+                assert other is not None
+                side.records[variant.id] = _record(variant, "ok", started, t0, details={
+                    "not_timed": f"{sides[1 - i].label.upper()} could not run it ({other[1]}): nothing to "
+                                 "interleave with"})
+        reasons = {p[1] for p in problems if p is not None}
+        return "; ".join(sorted(reasons))
+    finally:
+        for timer in timers:
+            if timer is not None:
+                timer.close()
