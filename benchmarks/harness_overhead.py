@@ -2,11 +2,14 @@
 
 Prints, in one run:
   1. mlbench's eager median ÷ a bare timing loop's median on the same model (target ≤ 1.01),
-     measured in alternating rounds so that machine drift hits both sides alike, and the cost of
-     the timing loop itself on a no-op call (what the harness could add, free of model noise);
+     measured in alternating rounds (mlbench first in even rounds, the bare loop first in odd ones)
+     so that machine drift hits both sides alike: the median of the per-round ratios, their
+     interquartile range and extremes — one round's ratio on a shared machine means little — and the
+     machine's load meanwhile; then the cost of the timing loop itself on a no-op call (what the
+     harness could add, free of model noise);
   2. the wall time of `mlbench validate pipelines/*.yaml` in a fresh process (target < 0.3 s).
 
-Usage: python benchmarks/harness_overhead.py [--model mobilenet_v3_small] [--rounds 5]
+Usage: python benchmarks/harness_overhead.py [--model mobilenet_v3_small] [--rounds 30]
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ def bare_loop(call, warmup: int, repeats: int) -> float:
     return statistics.median(samples) / 1e6
 
 
-def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tuple[float, float, float]:
+def harness_rounds(model_name: str, rounds: int, warmup: int, repeats: int) -> tuple[list[float], list[float]]:
+    """Per round: mlbench's median and the bare loop's, in ms."""
     import torch
     import torchvision
 
@@ -65,8 +69,22 @@ def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tu
     for i in range(rounds):  # alternate which side goes first, so neither always runs warm
         for side in ((run_mine, run_bare) if i % 2 == 0 else (run_bare, run_mine)):
             side()
-    m, b = statistics.median(mine), statistics.median(bare)
-    return m, b, statistics.median(x / y for x, y in zip(mine, bare))
+    return mine, bare
+
+
+def harness_ratio(model_name: str, rounds: int, warmup: int, repeats: int) -> tuple[float, float, float]:
+    """mlbench's median, the bare loop's (medians over rounds) and the median per-round ratio."""
+    mine, bare = harness_rounds(model_name, rounds, warmup, repeats)
+    return statistics.median(mine), statistics.median(bare), statistics.median(x / y for x, y in zip(mine, bare))
+
+
+def spread(values: list[float]) -> tuple[float, float, float, float, float]:
+    """(median, first quartile, third quartile, min, max)."""
+    from mlbench.timing import percentile
+
+    ordered = sorted(values)
+    return (statistics.median(ordered), percentile(ordered, 0.25), percentile(ordered, 0.75), ordered[0],
+            ordered[-1])
 
 
 def per_call_overhead_ns(calls: int = 200_000) -> tuple[float, float]:
@@ -101,18 +119,27 @@ def validate_seconds(tries: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mobilenet_v3_small")
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=30)
     args = parser.parse_args()
-    mine, bare, ratio = harness_ratio(args.model, args.rounds, args.warmup, args.repeats)
-    print(f"eager median, mlbench harness : {mine:8.3f} ms  ({args.model}, median of {args.rounds} rounds)")
-    print(f"eager median, bare loop       : {bare:8.3f} ms")
-    print(f"ratio mlbench / bare          : {ratio:8.4f}   (median of per-round ratios; target <= 1.01) "
-          f"{'PASS' if ratio <= 1.01 else 'OVER'}")
+    from mlbench.load import describe, load_between, sample
+
+    start = sample()
+    mine, bare = harness_rounds(args.model, args.rounds, args.warmup, args.repeats)
+    load = load_between(start, sample(), "rounds")
+    ratios = [x / y for x, y in zip(mine, bare)]
+    median, q1, q3, low, high = spread(ratios)
+    b = statistics.median(bare)
+    print(f"eager median, mlbench harness : {statistics.median(mine):8.3f} ms  ({args.model}, median of "
+          f"{args.rounds} rounds of {args.repeats} calls)")
+    print(f"eager median, bare loop       : {b:8.3f} ms")
+    print(f"ratio mlbench / bare          : {median:8.4f}   median of {len(ratios)} per-round ratios, IQR "
+          f"{q1:.4f}–{q3:.4f}, range {low:.4f}–{high:.4f} (target <= 1.01) {'PASS' if median <= 1.01 else 'OVER'}")
+    print(f"machine load meanwhile        : {describe(load)}")
     harness_ns, bare_ns = per_call_overhead_ns()
     print(f"no-op call, mlbench / bare    : {harness_ns:6.0f} ns / {bare_ns:.0f} ns  "
-          f"(= {(harness_ns - bare_ns) / (bare * 1e6) * 100:+.4f}% of the model's median)")
+          f"(= {(harness_ns - bare_ns) / (b * 1e6) * 100:+.4f}% of the model's median)")
     seconds = validate_seconds()
     n = len(list((ROOT / "pipelines").glob("*.yaml")))
     print(f"mlbench validate ({n} files)   : {seconds:8.3f} s   (target < 0.3 s, best of 5) "

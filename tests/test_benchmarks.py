@@ -36,3 +36,20 @@ def test_cache_benchmark_counts_exports(write_pipeline, tiny_pipeline_text, caps
     assert bench.exports_performed(cold) == 1 and bench.exports_performed(warm) == 0
     bench.describe("cold", cold, wall)
     assert "exports performed   1" in capsys.readouterr().out
+
+
+def test_ab_noise_runs_a_trial(capsys):
+    bench = load("ab_noise")
+    bench.main(["--trials", "1", "--rounds", "8", "--calls", "2", "--warmup", "0"])
+    out = capsys.readouterr().out
+    assert "trial  1: A=A ab " in out
+    assert "A=A (no change): no regression — ab " in out and "head 5% slower  : caught        — ab " in out
+
+
+def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_text, capsys):
+    bench = load("parallel_export")
+    text = tiny_pipeline_text.replace("  - backend: torch\n    device: [cpu]\n    precision: [float32]\n",
+                                      "  - backend: coreml\n    precision: float16\n")
+    rows = bench.export_overhead(write_pipeline(text))
+    assert [r[0] for r in rows] == ["tiny_cnn/coreml/float16/none"]
+    assert rows[0][1] > 0 and rows[0][2] > 0

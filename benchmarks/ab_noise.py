@@ -1,0 +1,144 @@
+"""Does `mlbench ab` see through a machine whose load changes during the run? And do two sequential
+runs compared with `mlbench compare`?
+
+Each trial measures, twice over (A=A, and A against a head 5% slower), with a background load that
+starts and stops by itself during the measurement (a busy loop on one core, in a process this script
+starts, with a random start and length):
+  - interleaved: `mlbench ab` (paired statistics over alternating rounds);
+  - sequential: `mlbench run` of BASE, then of HEAD, then `mlbench compare` on the two reports —
+    the same number of timed calls per side.
+The head is benchmarks/ab/head.yaml: the same stack of blocks with one block more in twenty (5% more
+of the same work, so it stays 5% slower whatever the load).
+
+Prints per trial the verdicts and estimated changes, then the counts: no regression in A=A trials
+(target ≥ 19 of 20 for ab) and regressions caught against the slower head (target ≥ 19 of 20 for ab),
+with the sequential counts beside them for contrast.
+
+Usage: python benchmarks/ab_noise.py [--trials 20] [--rounds 20] [--calls 10] [--rule latency.median:+2%]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = ROOT / "benchmarks" / "ab" / "base.yaml"
+HEAD = ROOT / "benchmarks" / "ab" / "head.yaml"
+LOADER = """
+import os, sys, time
+delay, length = float(sys.argv[1]), float(sys.argv[2])
+if hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {0})
+time.sleep(delay)
+end = time.monotonic() + length
+while time.monotonic() < end:
+    pass
+"""
+
+
+class BackgroundLoad:
+    """A busy loop on one core that starts after a random delay and stops by itself."""
+
+    def __init__(self, rng: random.Random, expected_s: float) -> None:
+        self.delay = rng.uniform(0.0, 0.5 * expected_s)
+        self.length = rng.uniform(0.25 * expected_s, 0.5 * expected_s)
+
+    def __enter__(self) -> BackgroundLoad:
+        self.process = subprocess.Popen([sys.executable, "-c", LOADER, f"{self.delay:.3f}", f"{self.length:.3f}"])
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.wait(timeout=self.delay + self.length + 60)
+
+
+def pipelines(tmp: Path):
+    from mlbench.config.load import Pipeline, load_pipeline
+    from mlbench.config.pipeline import HistorySettings, ReportSettings
+
+    out = []
+    for path, side in ((BASE, "base"), (HEAD, "head")):
+        pipeline = load_pipeline(path)
+        config = pipeline.config.model_copy(update={
+            "report": ReportSettings(dir=tmp / side, formats=["json"]), "history": HistorySettings(enabled=False)})
+        out.append(Pipeline(config=config, path=pipeline.path, sha256=pipeline.sha256))
+    return out
+
+
+def with_repeats(pipeline, repeats: int, warmup: int):
+    from mlbench.config.load import Pipeline
+
+    latency = pipeline.config.latency.model_copy(update={"repeats": repeats, "warmup": warmup, "min_time_s": 0.0})
+    return Pipeline(config=pipeline.config.model_copy(update={"latency": latency}), path=pipeline.path,
+                    sha256=pipeline.sha256)
+
+
+def ratio_of(comparison) -> float | None:
+    for variant in comparison.variants:
+        for delta in variant.deltas:
+            if delta.metric == "latency.median":
+                return delta.ratio
+    return None
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rule", default="latency.median:+2%")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from mlbench.compare.comparison import compare
+    from mlbench.compare.rules import parse_rules
+    from mlbench.load import describe, load_between, sample
+    from mlbench.run.ab import AbSettings, run_ab
+    from mlbench.run.progress import Progress
+    from mlbench.run.runner import run
+
+    rules = parse_rules([args.rule, "status:failed"])
+    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+    rng = random.Random(args.seed)
+    counts = {("ab", "same"): 0, ("ab", "slower"): 0, ("seq", "same"): 0, ("seq", "slower"): 0}
+    started = sample()
+    with tempfile.TemporaryDirectory(prefix="mlbench-ab-noise-") as tmp:
+        base, head = (with_repeats(p, args.rounds * args.calls, args.warmup) for p in pipelines(Path(tmp)))
+        t0 = time.perf_counter()
+        run_ab(base, base, rules, settings=settings)  # warm the caches and the imports; sizes a trial
+        expected = max(time.perf_counter() - t0, 1.0)
+        print(f"{args.trials} trials, {args.rounds} rounds × {args.calls} calls per side (sequential: "
+              f"{args.rounds * args.calls} calls per run), rule {args.rule}; a trial side takes ~{expected:.1f} s",
+              flush=True)
+        for trial in range(1, args.trials + 1):
+            line = [f"trial {trial:2d}:"]
+            for kind, other in (("same", base), ("slower", head)):
+                with BackgroundLoad(rng, expected):
+                    ab = run_ab(base, other, rules, settings=settings)
+                with BackgroundLoad(rng, expected):
+                    first = run(base, Progress())
+                    second = run(other, Progress())
+                seq = compare(first, second, rules)
+                counts[("ab", kind)] += ab.regressed
+                counts[("seq", kind)] += seq.regressed
+                label = "A=A" if kind == "same" else "A<B"
+                line.append(f"{label} ab {'REGR' if ab.regressed else 'ok  '} {ratio_of(ab) or 0:6.3f}, "
+                            f"seq {'REGR' if seq.regressed else 'ok  '} {ratio_of(seq) or 0:6.3f};")
+            print(" ".join(line), flush=True)
+    load = load_between(started, sample(), "benchmark")
+    n = args.trials
+    print(f"\nA=A (no change): no regression — ab {n - counts[('ab', 'same')]}/{n} (target ≥ {n - n // 20}), "
+          f"sequential compare {n - counts[('seq', 'same')]}/{n}")
+    print(f"head 5% slower  : caught        — ab {counts[('ab', 'slower')]}/{n} (target ≥ {n - n // 20}), "
+          f"sequential compare {counts[('seq', 'slower')]}/{n}")
+    print(f"machine load over the benchmark: {describe(load)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""The order parallel exports start in (longest first), the workers' warm-up, and the load a run records."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlbench.config.load import load_pipeline
+from mlbench.matrix import Plan, expand
+from mlbench.run.schedule import longest_first, parameter_counts
+from mlbench.run.tasks import warm_task
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.torch
+
+PIPELINE = f"""\
+version: 1
+name: sizes
+models:
+  - name: small
+    source: {ROOT}/benchmarks/ab/stack.py:Stack
+    kwargs: {{blocks: 1, width: 8}}
+    inputs: [{{name: x, shape: [1, 8]}}]
+  - name: large
+    source: {ROOT}/benchmarks/ab/stack.py:Stack
+    kwargs: {{blocks: 3, width: 64}}
+    inputs: [{{name: x, shape: [1, 64]}}]
+  - name: broken
+    source: {ROOT}/examples/no_such_file.py:Model
+    inputs: [{{name: x, shape: [1, 8]}}]
+targets:
+  - backend: onnxruntime
+    precision: [float32, float16]
+report: {{dir: out}}
+"""
+
+
+def test_longest_first_by_parameters_unknown_first(write_pipeline):
+    pipeline = load_pipeline(write_pipeline(PIPELINE))
+    exports = [g[0] for g in Plan(expand(pipeline.config)).artifact_groups()]
+    assert parameter_counts(pipeline.config, pipeline.base_dir, {"small", "large", "broken"}) == {
+        "small": 8 * 8 + 8, "large": 3 * (64 * 64 + 64)}
+    ordered = longest_first(exports, pipeline.config, pipeline.base_dir, history=None)
+    assert [v.model for v in ordered] == ["broken", "broken", "large", "large", "small", "small"]
+
+
+def test_longest_first_by_the_last_runs_export_times(write_pipeline, monkeypatch):
+    pipeline = load_pipeline(write_pipeline(PIPELINE))
+    exports = [g[0] for g in Plan(expand(pipeline.config)).artifact_groups()]
+    seconds = {v.artifact_id: float(i) for i, v in enumerate(exports)}  # the plan's last took longest
+    monkeypatch.setattr("mlbench.run.schedule.last_export_seconds", lambda history, name: seconds)
+    ordered = longest_first(exports, pipeline.config, pipeline.base_dir, history=None)
+    assert ordered == exports[::-1]
+
+
+def test_warm_task_imports_and_names_what_it_could_not():
+    assert warm_task(["json", "no_such_package_here"]) == ["no_such_package_here"]
+
+
+def test_a_run_records_the_load_while_it_measured(write_pipeline, tiny_pipeline_text):
+    from mlbench.run.runner import run
+
+    report = run(load_pipeline(write_pipeline(tiny_pipeline_text)))
+    load = report.machine["load"]
+    assert load["window"] == "measurement" and load["source"] == "measured" and load["seconds"] > 0
+    assert set(load) >= {"cores", "load_average_start", "load_average_end", "other_share", "steal_share"}
+    assert load["other_share"] is None or 0.0 <= load["other_share"] <= 1.0
