@@ -6,7 +6,10 @@ Prints:
   - cold and warm wall time,
   - where each run's time went: building models, exporting, measuring, and everything else
     (cache lookups and checksums, program analysis, hashing, reports) — the share of wall time
-    outside export and measurement (target < 5% on the cold run).
+    outside export and measurement (target < 5%, cold and warm),
+  - the cache lookups of each run: how many, their time, and how many artifacts they hashed;
+  - a second warm run with the stat state switched off (every lookup hashes, as before it existed),
+    for contrast (skip with --no-contrast).
 
 Usage: python benchmarks/cache.py [--pipeline pipelines/coreml.yaml]
 The cache and reports go to a fresh temporary folder, so the run starts cold.
@@ -41,6 +44,45 @@ def built_seconds(report) -> float:
     return sum(seconds.values())
 
 
+class LookupMeter:
+    """Counts and times the cache's lookups and the artifacts they hash, in this process."""
+
+    def __init__(self) -> None:
+        import mlbench.store.cache as cache_module
+
+        self.module = cache_module
+        self.lookups = self.hashed = 0
+        self.seconds = 0.0
+        self.real_lookup = cache_module.ArtifactCache.lookup
+        self.real_hash = cache_module.sha256_path
+
+    def __enter__(self) -> LookupMeter:
+        meter = self
+
+        def lookup(cache, key):
+            t0 = time.perf_counter()
+            try:
+                return meter.real_lookup(cache, key)
+            finally:
+                meter.lookups += 1
+                meter.seconds += time.perf_counter() - t0
+
+        def hashing(path):
+            meter.hashed += 1
+            return meter.real_hash(path)
+
+        self.module.ArtifactCache.lookup = lookup
+        self.module.sha256_path = hashing
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.module.ArtifactCache.lookup = self.real_lookup
+        self.module.sha256_path = self.real_hash
+
+    def __str__(self) -> str:
+        return f"cache lookups {self.lookups}, {self.seconds:.2f} s, {self.hashed} artifacts hashed"
+
+
 def timed_run(pipeline: Pipeline):
     t0 = time.perf_counter()
     report = run(pipeline)
@@ -61,6 +103,7 @@ def describe(label: str, report, wall: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pipeline", default=str(ROOT / "pipelines" / "coreml.yaml"))
+    parser.add_argument("--no-contrast", action="store_true", help="skip the warm run without the stat state")
     args = parser.parse_args()
     pipeline = load_pipeline(args.pipeline)
     plan = Plan(expand(pipeline.config))
@@ -72,10 +115,26 @@ def main() -> None:
         })
         pipeline = Pipeline(config=config, path=pipeline.path, sha256=pipeline.sha256)
         print(f"{pipeline.path.name}: {len(plan.variants)} variants, {exportable} distinct exported artifacts")
-        cold, cold_wall = timed_run(pipeline)
+        with LookupMeter() as meter:
+            cold, cold_wall = timed_run(pipeline)
         describe("cold", cold, cold_wall)
-        warm, warm_wall = timed_run(pipeline)
+        print(f"      {meter}")
+        with LookupMeter() as meter:
+            warm, warm_wall = timed_run(pipeline)
         describe("warm", warm, warm_wall)
+        print(f"      {meter}")
+        if not args.no_contrast:
+            from mlbench.store.state import StatState
+
+            trusted = StatState.trusted
+            StatState.trusted = lambda self, key, sig, checksum: False  # as before the stat state
+            try:
+                with LookupMeter() as meter:
+                    again, again_wall = timed_run(pipeline)
+            finally:
+                StatState.trusted = trusted
+            describe("warm, stat state off", again, again_wall)
+            print(f"      {meter}")
     print(f"cold exports == distinct artifacts: {exports_performed(cold) == exportable}; "
           f"warm exports == 0: {exports_performed(warm) == 0}; warm/cold wall: {warm_wall / cold_wall:.2f}")
 
