@@ -32,7 +32,7 @@ from mlbench.matrix import Plan, Variant, expand
 from mlbench.records import Metric, PipelineInfo, RunRecord, RunReport
 from mlbench.run.tasks import WorkContext, utc_now
 from mlbench.store.cache import ArtifactCache
-from mlbench.timing import percentile, summarise
+from mlbench.timing import percentile, quiet_heap, summarise
 
 ORDER = "A B, B A, A B, B A, ... (A: base, B: head)"
 
@@ -94,10 +94,11 @@ def _stats(block: list[float]) -> dict[str, float]:
 def interleave(a: CallTimer, b: CallTimer, settings: AbSettings) -> tuple[list[list[float]], list[list[float]]]:
     """Each side's timed blocks, one per round, with the sides' order alternating round by round."""
     blocks: tuple[list[list[float]], list[list[float]]] = ([], [])
-    for r in range(settings.rounds):
-        for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-            timer = (a, b)[side]
-            blocks[side].append(timer.time(settings.calls, settings.warmup))
+    with quiet_heap():
+        for r in range(settings.rounds):
+            for side in ((0, 1) if r % 2 == 0 else (1, 0)):
+                timer = (a, b)[side]
+                blocks[side].append(timer.time(settings.calls, settings.warmup))
     return blocks
 
 
