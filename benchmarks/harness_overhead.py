@@ -134,8 +134,11 @@ def main() -> None:
     print(f"eager median, mlbench harness : {statistics.median(mine):8.3f} ms  ({args.model}, median of "
           f"{args.rounds} rounds of {args.repeats} calls)")
     print(f"eager median, bare loop       : {b:8.3f} ms")
+    verdict = "PASS" if median <= 1.01 else "OVER"
+    if q3 - q1 > 0.02:  # the rounds disagree by more than the margin judged: the machine decides, not mlbench
+        verdict = "INCONCLUSIVE (the rounds' IQR is wider than 2%: too busy a machine to judge 1%)"
     print(f"ratio mlbench / bare          : {median:8.4f}   median of {len(ratios)} per-round ratios, IQR "
-          f"{q1:.4f}–{q3:.4f}, range {low:.4f}–{high:.4f} (target <= 1.01) {'PASS' if median <= 1.01 else 'OVER'}")
+          f"{q1:.4f}–{q3:.4f}, range {low:.4f}–{high:.4f} (target <= 1.01) {verdict}")
     print(f"machine load meanwhile        : {describe(load)}")
     harness_ns, bare_ns = per_call_overhead_ns()
     print(f"no-op call, mlbench / bare    : {harness_ns:6.0f} ns / {bare_ns:.0f} ns  "

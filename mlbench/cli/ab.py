@@ -118,9 +118,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     from mlbench.compare.noise import DEFAULT_ALPHA
-    from mlbench.run.ab import AbSettings
-
-    defaults = AbSettings()
+    from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_ROUNDS, DEFAULT_WARMUP
     p = subparsers.add_parser(
         "ab", help="measure two pipelines' matching variants alternately on this machine; exit 1 on a regression",
         description="BASE and HEAD are pipeline files (or HEAD alone with --git-base REF: the same file at a git "
@@ -133,11 +131,11 @@ def register(subparsers) -> None:
     p.add_argument("--git-base", metavar="REF", help="BASE is the HEAD file (and its repository) at this git revision")
     p.add_argument("--fail-on", action="append", metavar="RULE",
                    help="a regression rule (repeatable); default: HEAD's report.gate, else mlbench's defaults")
-    p.add_argument("--rounds", type=int, default=defaults.rounds, help=f"interleaved rounds (default {defaults.rounds})")
-    p.add_argument("--calls", type=int, default=defaults.calls,
-                   help=f"timed calls per side per round (default {defaults.calls})")
-    p.add_argument("--warmup", type=int, default=defaults.warmup,
-                   help=f"untimed calls before each side's timed calls (default {defaults.warmup})")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"interleaved rounds (default {DEFAULT_ROUNDS})")
+    p.add_argument("--calls", type=int, default=DEFAULT_CALLS,
+                   help=f"timed calls per side per round (default {DEFAULT_CALLS})")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
+                   help=f"untimed calls before each side's timed calls (default {DEFAULT_WARMUP})")
     p.add_argument("--variant", action="append", metavar="PATTERN",
                    help="only variants whose id matches this glob (repeatable)")
     p.add_argument("--format", choices=("markdown", "json"), default="markdown")

@@ -21,6 +21,9 @@ from mlbench.compare.noise import BOOTSTRAP_RESAMPLES, DEFAULT_ALPHA, NoiseTest
 
 TEST_NAME = "Wilcoxon signed-rank"
 MIN_ROUNDS = 5
+DEFAULT_ROUNDS = 20  # `mlbench ab`'s defaults: rounds, timed calls per side per round, untimed calls before them
+DEFAULT_CALLS = 20
+DEFAULT_WARMUP = 3
 
 
 @dataclass(frozen=True)

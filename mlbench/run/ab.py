@@ -22,7 +22,7 @@ from mlbench import __version__
 from mlbench.backends.base import CallTimer, VariantSkipped
 from mlbench.compare.comparison import Comparison, Interleaved, compare
 from mlbench.compare.noise import DEFAULT_ALPHA
-from mlbench.compare.paired import PairedChange, paired_change
+from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_ROUNDS, DEFAULT_WARMUP, PairedChange, paired_change
 from mlbench.compare.rules import Rule
 from mlbench.config.load import Pipeline
 from mlbench.errors import short_error
@@ -39,9 +39,9 @@ ORDER = "A B, B A, A B, B A, ... (A: base, B: head)"
 
 @dataclass(frozen=True)
 class AbSettings:
-    rounds: int = 20
-    calls: int = 20  # timed calls per side per round
-    warmup: int = 3  # untimed calls before each side's timed calls, every round
+    rounds: int = DEFAULT_ROUNDS
+    calls: int = DEFAULT_CALLS  # timed calls per side per round
+    warmup: int = DEFAULT_WARMUP  # untimed calls before each side's timed calls, every round
 
 
 @dataclass
