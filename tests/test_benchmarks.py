@@ -42,8 +42,8 @@ def test_ab_noise_runs_a_trial(capsys):
     bench = load("ab_noise")
     bench.main(["--trials", "1", "--rounds", "8", "--calls", "2", "--warmup", "0"])
     out = capsys.readouterr().out
-    assert "trial  1: A=A ab " in out
-    assert "A=A (no change): no regression — ab " in out and "head 5% slower  : caught        — ab " in out
+    assert "trial  1: A=A ab " in out and "latency.best:+2%:" in out
+    assert "A=A (no change): no regression — ab " in out and "head 5% slower : caught        — ab " in out
 
 
 def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_text, capsys):
