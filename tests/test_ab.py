@@ -24,15 +24,15 @@ name: stack
 models:
   - name: stack
     source: {ROOT}/benchmarks/ab/stack.py:Stack
-    kwargs: {{blocks: BLOCKS, width: 64}}
-    inputs: [{{name: x, shape: [4, 64]}}]
+    kwargs: {{blocks: BLOCKS, width: 128}}
+    inputs: [{{name: x, shape: [16, 128]}}]
 targets:
   - backend: torch
     device: [cpu]
     threads: 1
 report: {{dir: out}}
 """
-QUICK = AbSettings(rounds=8, calls=3, warmup=1)
+QUICK = AbSettings(rounds=12, calls=5, warmup=1)  # 12 rounds: one round reversed by preemption still leaves p < 0.01
 
 
 def pipelines(write_pipeline, base_blocks: int, head_blocks: int, extra: str = ""):
@@ -47,9 +47,9 @@ def test_a_much_slower_head_is_a_regression(write_pipeline):
     assert result.regressed and result.counts["regressed"] == 1
     (variant,) = result.variants
     median = next(d for d in variant.deltas if d.metric == "latency.median")
-    assert median.ratio > 2 and median.noise.test == "Wilcoxon signed-rank (paired over 8 interleaved rounds)"
+    assert median.ratio > 2 and median.noise.test == "Wilcoxon signed-rank (paired over 12 interleaved rounds)"
     assert median.noise.significant
-    assert result.interleaved is not None and result.interleaved.rounds == 8
+    assert result.interleaved is not None and result.interleaved.rounds == 12
     load = result.interleaved.load
     assert load["window"] == "interleaved rounds" and load["source"] == "measured"
 
@@ -65,7 +65,7 @@ def test_cli_output_exit_codes_and_variants_on_one_side(write_pipeline, capsys):
     base, head = pipelines(write_pipeline, 2, 40)
     head.write_text(head.read_text().replace("report:", "latency: {warmup: 1}\nreport:"))
     base.write_text(base.read_text().replace("targets:\n", "targets:\n" + extra))
-    code = main(["ab", str(base), str(head), "--rounds", "8", "--calls", "2", "--warmup", "0", "--format", "json",
+    code = main(["ab", str(base), str(head), "--rounds", "12", "--calls", "5", "--warmup", "0", "--format", "json",
                  "--fail-on", "latency.median:+10%"])
     captured = capsys.readouterr()
     assert code == 1, captured.err
@@ -148,7 +148,7 @@ def test_git_base_measures_the_file_at_a_revision(tmp_path, capsys):
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "two blocks")
     pipeline.write_text(text.replace("BLOCKS", "40"))  # the working tree: 20× the work
 
-    code = main(["ab", str(pipeline), "--git-base", "HEAD", "--rounds", "8", "--calls", "2", "-q",
+    code = main(["ab", str(pipeline), "--git-base", "HEAD", "--rounds", "12", "--calls", "5", "-q",
                  "--fail-on", "latency.median:+10%"])
     out = capsys.readouterr().out
     assert code == 1, out
