@@ -117,20 +117,25 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
+    """Add `ab` to mlbench's subcommands."""
+    from mlbench.cli.parsing import add_command, add_format
     from mlbench.compare.noise import DEFAULT_ALPHA
     from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_ROUNDS, DEFAULT_WARMUP
-    p = subparsers.add_parser(
-        "ab", help="measure two pipelines' matching variants alternately on this machine; exit 1 on a regression",
-        description="BASE and HEAD are pipeline files (or HEAD alone with --git-base REF: the same file at a git "
-        "revision). Variants with the same id are exported as usual, then timed in alternating rounds (A B, B A, "
-        "...) so that machine drift hits both; the verdict uses paired statistics over the rounds. Rules and "
-        "output as mlbench compare.",
+    p = add_command(
+        subparsers, "ab", "measure two pipelines' matching variants alternately on this machine (exit 1 on a regression)",
+        "BASE and HEAD are pipeline files; or give HEAD alone with --git-base REF: BASE is the same file (and\n"
+        "its repository) at that git revision. Variants with the same id are exported as usual, then timed in\n"
+        "alternating rounds (A B, B A, ...) so that the machine's drift hits both sides; the verdict uses paired\n"
+        "statistics over the rounds (Wilcoxon signed-rank, a bootstrap interval of the per-round ratio).\n\n"
+        "Rules and output as mlbench compare. Default rules: the --fail-on rules, else HEAD's report.gate,\n"
+        "else mlbench's defaults.\n\n"
+        "Exit codes: 0 no regression, 1 a regression, 2 bad input, 130 interrupted.",
     )
-    p.add_argument("base", metavar="BASE")
-    p.add_argument("head", metavar="HEAD", nargs="?")
+    p.add_argument("base", metavar="BASE", help="the pipeline file before (or HEAD's file, with --git-base)")
+    p.add_argument("head", metavar="HEAD", nargs="?", help="the pipeline file after")
     p.add_argument("--git-base", metavar="REF", help="BASE is the HEAD file (and its repository) at this git revision")
     p.add_argument("--fail-on", action="append", metavar="RULE",
-                   help="a regression rule (repeatable); default: HEAD's report.gate, else mlbench's defaults")
+                   help="a regression rule, e.g. latency.median:+5%%; repeatable")
     p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"interleaved rounds (default {DEFAULT_ROUNDS})")
     p.add_argument("--calls", type=int, default=DEFAULT_CALLS,
                    help=f"timed calls per side per round (default {DEFAULT_CALLS})")
@@ -138,7 +143,7 @@ def register(subparsers) -> None:
                    help=f"untimed calls before each side's timed calls (default {DEFAULT_WARMUP})")
     p.add_argument("--variant", action="append", metavar="PATTERN",
                    help="only variants whose id matches this glob (repeatable)")
-    p.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    add_format(p, "markdown", "json")
     p.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                    help=f"significance level of the paired test (default {DEFAULT_ALPHA:g})")
     p.add_argument("-q", "--quiet", action="store_true", help="no line per variant on stderr")
