@@ -57,6 +57,7 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("size.package", "bytes", "package", "lower", compared=True),
     MetricInfo("latency.p90", "ms", "p90 ms", "lower", sampled=True),
     MetricInfo("first_call", "ms", "first call ms", "lower"),
+    MetricInfo("compile_time", "ms", "compile ms", "lower"),
     MetricInfo("size.weights", "bytes", "weights", "lower"),
     MetricInfo("params", "count", "params"),
     MetricInfo("macs", "count", "MACs"),

@@ -46,8 +46,9 @@ def test_top_level_help_lists_the_exit_codes_and_every_command(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     out = capsys.readouterr().out
-    assert "exit codes:\n  0    success\n  1    some variant failed" in out
-    assert "  2    a mistake in the input, one line each as FILE:LINE:COL: where: what\n  130  interrupted" in out
+    assert "exit codes:\n  0    success\n  1    the run finished and some variant failed" in out
+    assert ("  2    a mistake in the input, one line each as FILE:LINE:COL: where: what\n  3    the run could not "
+            "finish; its partial report and journal are written (--resume goes on from there)\n  130  interrupted") in out
     assert "    history   list recorded runs and a metric's trend per variant" in out
 
 

@@ -113,17 +113,6 @@ def test_kill_9_midway_then_resume_redoes_nothing_finished(write_pipeline, tmp_p
     assert all(cache.lookup(e.key) is not None for e in cache.entries())  # nothing half-written is served
 
 
-def test_resume_refuses_a_changed_pipeline(write_pipeline, tmp_path, capsys):
-    path = write_pipeline(PIPELINE.replace("  - backend: coreml\n    precision: [float32, float16]\n"
-                                           "    compute_units: [cpu_only, all]\n", ""))
-    assert main(["run", "-q", "--jobs", "1", str(path)]) == 0
-    path.write_text(path.read_text().replace("repeats: 3", "repeats: 4"))
-    capsys.readouterr()
-    assert main(["run", "-q", "--resume", str(path)]) == 2
-    assert capsys.readouterr().err == (f"{tmp_path / 'out' / 'journal.jsonl'}: the journal is from another version "
-                                       "of pipeline.yaml; run without --resume to start over\n")
-
-
 def test_ctrl_c_writes_a_partial_report_and_says_how_to_resume(write_pipeline, tmp_path, capsys):
     (tmp_path / "interrupt.py").write_text("def Model():\n    raise KeyboardInterrupt\n")
     text = PIPELINE.replace("  - name: wide\n", "  - name: zz_interrupt\n    source: interrupt.py:Model\n"

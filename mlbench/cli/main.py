@@ -1,8 +1,7 @@
 """The `mlbench` command: a thin layer over the Python API. `plan`, `compare` and `history` live in their
 own modules beside this one.
 
-Exit codes (also in `mlbench --help`): 0 success, 1 some variant failed, 2 a user error (one line
-each, never a traceback), 130 interrupted.
+Exit codes: EXIT_CODES below (also in `mlbench --help` and the README).
 """
 
 from __future__ import annotations
@@ -68,7 +67,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     progress = for_terminal(quiet=args.quiet, verbose=args.verbose)
     try:
-        report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume)
+        report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume,
+                     retry_crashed=args.retry_crashed)
     except KeyboardInterrupt:
         _err(f"interrupted: finished records are kept in {pipeline.report_dir / 'journal.jsonl'} and a partial "
              f"report beside it; run `mlbench run {args.file} --resume` to finish the rest")
@@ -199,9 +199,11 @@ def cmd_rules(args: argparse.Namespace) -> int:
 EXIT_CODES = """\
 exit codes:
   0    success
-  1    some variant failed (the others still ran; the report says why); for compare: a regression
+  1    the run finished and some variant failed (the others still ran; the report says why); for compare:
+       a regression
   2    a mistake in the input, one line each as FILE:LINE:COL: where: what
-  130  interrupted
+  3    the run could not finish; its partial report and journal are written (--resume goes on from there)
+  130  interrupted; the partial report and the journal are written
 
 `mlbench COMMAND --help` describes a command and every option."""
 
@@ -229,16 +231,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add_command(sub, "run", "export, measure and report every variant",
                     "Exports each artifact once (cached by content), measures every variant one at a time,\n"
-                    "verifies it against eager PyTorch and writes the reports the pipeline asks for.\n"
-                    "Exit 1 when some variant failed; the others still ran.")
+                    "verifies it against eager PyTorch and writes the reports the pipeline asks for. Every model\n"
+                    "runs in a supervised child process under the pipeline's limits.\n"
+                    "Exit 1 when some variant failed (the others still ran); 3 when the run could not finish.")
     p.add_argument("file", metavar="FILE", help="a pipeline file")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-variant lines")
     p.add_argument("-v", "--verbose", action="store_true", help="a plain line per stage instead of the live display")
     p.add_argument("-j", "--jobs", type=int, metavar="N",
-                   help="export worker processes (default: the CPUs this process may use, after affinity and the "
-                   "container's quota); measurements always run one at a time")
+                   help="exports at once, each in its own process (default: the CPUs this process may use, after "
+                   "affinity and the container's quota); measurements always run one at a time")
     p.add_argument("--executor", metavar="dask://HOST:PORT", help="run on a Dask cluster (overrides the pipeline's executor)")
-    p.add_argument("--resume", action="store_true", help="reuse the finished records of the last run's journal")
+    p.add_argument("--resume", action="store_true",
+                   help="reuse the last run's records whose variants and inputs are unchanged; run the rest")
+    p.add_argument("--retry-crashed", action="store_true",
+                   help="with --resume: measure again a variant the run died on twice (else it is failed)")
     p.set_defaults(func=cmd_run)
 
     from mlbench.backends.spec import load_attr

@@ -89,6 +89,24 @@ Axis = Annotated[list[T], BeforeValidator(_as_list), AfterValidator(_no_duplicat
 """A matrix axis: a list of values (a scalar is a one-value list), no duplicates, not empty."""
 
 
+MAX_LIMIT_S = 7 * 24 * 3600.0
+"""The longest time limit a pipeline may give (a week): anything longer is a typo."""
+
+
+class Limits(StrictModel):
+    """Limits on the child process that exports or measures a variant; unset keys take the pipeline's."""
+
+    export_s: float | None = Field(
+        default=None, gt=0, le=MAX_LIMIT_S,
+        description="Seconds one artifact's model load and export may take before the process is killed.")
+    measure_s: float | None = Field(
+        default=None, gt=0, le=MAX_LIMIT_S,
+        description="Seconds one variant's measurement may take before the process is killed.")
+    memory_gb: float | None = Field(
+        default=None, gt=0, le=65536,
+        description="Memory the child process may allocate, in GB (Linux: RLIMIT_DATA; not enforced elsewhere).")
+
+
 class TargetBase(StrictModel):
     """One backend's entry in `targets:`. Its list fields are matrix axes.
 
@@ -103,6 +121,8 @@ class TargetBase(StrictModel):
         description="With the Dask executor: the worker resource this target's measurements need (e.g. "
         "apple-m2); workers declare it with --resources apple-m2=1. Exports run anywhere.",
     )
+    limits: Limits | None = Field(
+        default=None, description="This target's own limits, over the pipeline's `limits:` (e.g. a longer export_s).")
     axes: ClassVar[tuple[str, ...]] = ()
     artifact_axes: ClassVar[tuple[str, ...]] = ()
 
@@ -116,7 +136,7 @@ class TargetBase(StrictModel):
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""
         data = self.model_dump(mode="json")
-        # an include entry's `model` is not an option, and where a measurement runs is not either
-        for name in ("backend", "model", "runs_on", *self.axes):
+        # an include entry's `model` is not an option, nor where a measurement runs or its limits
+        for name in ("backend", "model", "runs_on", "limits", *self.axes):
             data.pop(name, None)
         return data

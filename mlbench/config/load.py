@@ -3,6 +3,7 @@ problem (`FILE:LINE:COL: where: what`), then the checks that need the whole pipe
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -160,6 +161,30 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
     return errors
 
 
+PATH_MAX_BYTES, NAME_MAX_BYTES = 4095, 255
+
+
+def report_dir_problem(path: Path) -> str | None:
+    """Why the report folder could not be created or written, or None; creates nothing."""
+    size = len(os.fsencode(str(path)))
+    if size > PATH_MAX_BYTES:
+        return f"the report folder's path is {size} bytes long; a path holds at most {PATH_MAX_BYTES}"
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX_BYTES:
+            return (f"the report folder's path has a name of {len(os.fsencode(part))} bytes ({part[:16]}…); "
+                    f"a folder name holds at most {NAME_MAX_BYTES}")
+    for folder in (path, *path.parents):
+        if not (folder.exists() or folder.is_symlink()):
+            continue
+        if not folder.is_dir():
+            return f"the report folder {path} cannot be created: {folder} is a file"
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return f"the report folder {path} cannot be {'written' if folder == path else 'created'}: " \
+                   f"{folder} is not writable"
+        return None
+    return None
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """A validated pipeline and the file it came from (relative paths resolve against its folder)."""
@@ -202,7 +227,10 @@ def load_pipeline(path: str | Path) -> Pipeline:
     from mlbench.config.loader import load_yaml
 
     path = Path(path)
-    return _validated(load_yaml(path), path.resolve())
+    loaded = load_yaml(path)
+    pipeline = _validated(loaded, path.resolve())
+    _check_report_dir(pipeline, loaded)
+    return pipeline
 
 
 def load_pipeline_text(text: str | bytes, path: str | Path) -> Pipeline:
@@ -222,3 +250,12 @@ def _validated(loaded: Any, path: Path) -> Pipeline:
     if problems:
         raise PipelineInvalid(problems)
     return Pipeline(config=config, path=path, sha256=loaded.sha256)
+
+
+def _check_report_dir(pipeline: Pipeline, loaded: Any) -> None:
+    """The report folder must be creatable: checked before any work starts (creates nothing)."""
+    why_not = report_dir_problem(pipeline.report_dir)
+    if why_not:
+        loc: tuple[str | int, ...] = ("report", "dir") if pipeline.config.report.dir is not None else ("name",)
+        line, col = loaded.locate(loc) or (None, None)
+        raise PipelineInvalid([UserError(why_not, file=loaded.path, line=line, col=col, where=format_where(loc))])

@@ -5,6 +5,7 @@ Reading a file into a validated `Pipeline` is `mlbench.config.load`. Nothing her
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
@@ -12,10 +13,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from mlbench.backends.registry import specs
-from mlbench.config.base import NO_OPTIMIZATION, StrictModel, TargetBase
+from mlbench.config.base import MAX_LIMIT_S, NO_OPTIMIZATION, Limits, StrictModel, TargetBase
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-SOURCE_PATTERN = re.compile(r"^(?:torchvision:[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*|[^:]+\.py:[A-Za-z_][\w.]*)$")
+"""For pydantic's `pattern` (its regex engine's `$` is the end of the text); Python code uses SAFE_NAME_RE."""
+SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # always fullmatch: re's `$` matches before a final newline
+SOURCE_PATTERN = re.compile(r"torchvision:[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*|[^:\n]+\.py:[A-Za-z_][\w.]*")
+MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
+MAX_INPUT_ELEMENTS = 2**31 - 1  # 8 GB of float32 in one input: past this a shape is a typo
+MAX_REPEATS = 1_000_000
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 InputDtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "bool"]
 
@@ -37,18 +43,50 @@ class ModelSpec(StrictModel):
     @field_validator("source")
     @classmethod
     def _source_shape(cls, value: str) -> str:
-        if not SOURCE_PATTERN.match(value):
+        if not SOURCE_PATTERN.fullmatch(value):
             raise ValueError(
-                f"'{value}' is not a model source: use torchvision:NAME, pkg.module:factory or path/to/file.py:Factory"
+                f"{value!r} is not a model source: use torchvision:NAME, pkg.module:factory or path/to/file.py:Factory"
             )
         return value
 
+    @field_validator("inputs")
+    @classmethod
+    def _inputs_fit(cls, inputs: list[ModelInput]) -> list[ModelInput]:
+        names = [i.name for i in inputs]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"input name '{name}' is used twice; forward() takes each input once")
+        for i in inputs:
+            elements = math.prod(i.shape)
+            if elements > MAX_INPUT_ELEMENTS:
+                raise ValueError(f"input '{i.name}' of shape {i.shape} has {elements:,} elements; "
+                                 f"at most {MAX_INPUT_ELEMENTS:,} (2^31 - 1) are allowed")
+        return inputs
+
 
 class LatencySettings(StrictModel):
-    warmup: int = Field(default=5, ge=0, description="Calls made and thrown away before timing.")
-    repeats: int = Field(default=30, ge=1, description="Least number of timed calls.")
-    min_time_s: float = Field(default=1.0, ge=0, description="Least total seconds of timed calls.")
-    max_repeats: int = Field(default=10_000, ge=1, description="Most timed calls, for very fast models.")
+    warmup: int = Field(default=5, ge=0, le=MAX_REPEATS, description="Calls made and thrown away before timing.")
+    repeats: int = Field(default=30, ge=1, le=MAX_REPEATS, description="Least number of timed calls.")
+    min_time_s: float = Field(default=1.0, ge=0, le=3600, description="Least total seconds of timed calls.")
+    max_repeats: int = Field(default=10_000, ge=1, le=MAX_REPEATS, description="Most timed calls, for very fast models.")
+
+    @model_validator(mode="after")
+    def _repeats_within_max(self) -> LatencySettings:
+        if self.repeats > self.max_repeats:
+            raise ValueError(f"repeats ({self.repeats}) is more than max_repeats ({self.max_repeats}); "
+                             "raise max_repeats or lower repeats")
+        return self
+
+
+class LimitSettings(Limits):
+    """Limits on the child processes that export and measure; a target's own `limits:` overrides them."""
+
+    export_s: float | None = Field(
+        default=1800.0, gt=0, le=MAX_LIMIT_S,
+        description="Seconds one artifact's model load and export may take before the process is killed.")
+    measure_s: float | None = Field(
+        default=600.0, gt=0, le=MAX_LIMIT_S,
+        description="Seconds one variant's measurement may take before the process is killed.")
 
 
 class VerifySettings(StrictModel):
@@ -182,14 +220,22 @@ class PipelineConfig(StrictModel):
     cache: CacheSettings = Field(default_factory=CacheSettings)
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
     seed: int = Field(default=0, description="Seed for model weights and inputs: the same file gives the same numbers.")
+
+    @field_validator("seed", mode="before")
+    @classmethod
+    def _seed_range(cls, seed: Any) -> Any:
+        if isinstance(seed, int) and not isinstance(seed, bool) and not 0 <= seed <= MAX_SEED:
+            raise ValueError(f"the seed must be between 0 and {MAX_SEED} (2^32 - 1), got {seed}")
+        return seed
 
     @field_validator("optimizations")
     @classmethod
     def _recipe_names(cls, recipes: dict[str, Any]) -> dict[str, Any]:
         for name in recipes:
-            if name == NO_OPTIMIZATION or not re.match(SAFE_NAME, name):
-                raise ValueError(f"'{name}' cannot name a recipe: use letters, digits, - _ . and not 'none'")
+            if name == NO_OPTIMIZATION or not SAFE_NAME_RE.fullmatch(name):
+                raise ValueError(f"{name!r} cannot name a recipe: use letters, digits, - _ . and not 'none'")
         return recipes
 
     @field_validator("models")

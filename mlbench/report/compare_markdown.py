@@ -12,17 +12,15 @@ from mlbench.compare.comparison import (
     describe_change,
 )
 from mlbench.metrics import estimate_mark, format_value, headline
+from mlbench.report.text import md_cell, md_code
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
 def _ref(label: str, ref: RunRef) -> str:
-    commit = f", commit `{ref.git_commit[:10]}`" if ref.git_commit else ""
-    return f"- **{label}**: run `{ref.run_id}` of `{ref.pipeline}` ({ref.created}{commit}; {ref.machine}) from `{ref.label}`"
+    commit = f", commit {md_code(ref.git_commit[:10])}" if ref.git_commit else ""
+    return (f"- **{label}**: run {md_code(ref.run_id)} of {md_code(ref.pipeline)} ({md_cell(ref.created)}{commit}; "
+            f"{md_cell(ref.machine)}) from {md_code(ref.label)}")
 
 
 def _value(d: MetricDelta, side: str) -> str:
@@ -41,7 +39,7 @@ def _noise(d: MetricDelta) -> str:
 
 def _summary_row(v: VariantComparison) -> str:
     by_metric = {d.metric: d for d in v.deltas}
-    cells = [f"`{v.variant_id}`", f"{v.base_status or '–'} → {v.head_status or '–'}"]
+    cells = [f"{v.base_status or '–'} → {v.head_status or '–'}"]
     for name in headline():
         d = by_metric.get(name)
         if d is None or (d.base is None and d.head is None):
@@ -52,7 +50,7 @@ def _summary_row(v: VariantComparison) -> str:
             text += f" ({describe_change(d)}"
             text += f", {_noise(d)})" if _noise(d) else ")"
         cells.append(text)
-    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+    return "| " + " | ".join([md_code(v.variant_id), *(md_cell(c) for c in cells)]) + " |"
 
 
 def _interleaved(info: Interleaved) -> str:
@@ -67,17 +65,17 @@ def _interleaved(info: Interleaved) -> str:
 def render_comparison_markdown(comparison: Comparison) -> str:
     c = comparison
     counts = ", ".join(f"{n} {g}" for g, n in c.counts.items() if n)
-    verdict = ("**Regression**: " + ", ".join(f"`{v.variant_id}`" for v in c.variants if v.group == "regressed")
+    verdict = ("**Regression**: " + ", ".join(md_code(v.variant_id) for v in c.variants if v.group == "regressed")
                if c.regressed else "**No regression**")
     command = "ab" if c.interleaved is not None else "compare"
-    lines = [f"## mlbench {command}: {c.base.pipeline}", "", f"{verdict} ({counts}).", "",
+    lines = [f"## mlbench {command}: {md_cell(c.base.pipeline)}", "", f"{verdict} ({counts}).", "",
              _ref("Base", c.base), _ref("Head", c.head), "",
-             "Rules: " + ", ".join(f"`{r}`" for r in c.rules) + ".",
-             f"Noise guard: {c.noise_test}.", ""]
+             "Rules: " + ", ".join(md_code(r) for r in c.rules) + ".",
+             f"Noise guard: {md_cell(c.noise_test)}.", ""]
     if c.interleaved is not None:
         lines += [_interleaved(c.interleaved), ""]
     for warning in c.warnings:
-        lines.append(f"> warning: {warning}")
+        lines.append(f"> warning: {md_cell(warning)}")
     if c.warnings:
         lines.append("")
 
@@ -91,8 +89,8 @@ def render_comparison_markdown(comparison: Comparison) -> str:
             for f in v.findings:
                 if group == "regressed" and f.kind != "regression":
                     continue
-                lines.append(f"| `{_cell(v.variant_id)}` | `{_cell(f.rule)}` | {_cell(f.message)} | "
-                             f"{_cell(f.noise or '–')} |")
+                lines.append(f"| {md_code(v.variant_id)} | {md_code(f.rule)} | {md_cell(f.message)} | "
+                             f"{md_cell(f.noise or '–')} |")
         lines.append("")
 
     header = ["variant", "status", *headline()]
@@ -106,15 +104,15 @@ def render_comparison_markdown(comparison: Comparison) -> str:
         members = [v for v in c.variants if v.group == group]
         if members:
             lines += [f"### {TITLES[group]} ({len(members)})", ""]
-            lines += [f"- `{v.variant_id}` ({v.head_status or v.base_status})" for v in members]
+            lines += [f"- {md_code(v.variant_id)} ({v.head_status or v.base_status})" for v in members]
             lines.append("")
     if c.interleaved is not None and c.interleaved.skipped:
         lines += [f"### Not timed ({len(c.interleaved.skipped)})", ""]
-        lines += [f"- `{_cell(vid)}`: {_cell(why)}" for vid, why in c.interleaved.skipped.items()]
+        lines += [f"- {md_code(vid)}: {md_cell(why)}" for vid, why in c.interleaved.skipped.items()]
         lines.append("")
     held = [(v, h) for v in c.variants for h in v.held_back]
     if held:
         lines += ["### Within noise (not counted)", "",
                   "These crossed a latency threshold, but the noise test found no difference in the samples:", ""]
-        lines += [f"- `{v.variant_id}`: {_cell(h)}" for v, h in held]
+        lines += [f"- {md_code(v.variant_id)}: {md_cell(h)}" for v, h in held]
     return "\n".join(lines).rstrip() + "\n"

@@ -11,6 +11,7 @@ from mlbench.backends.spec import load_attr
 from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.report.markdown_layout import COMMENT_LIMIT, Column, Section, fit_comment, render_table
+from mlbench.report.text import md_cell, md_code
 from mlbench.units import human_bytes
 
 FULL_NAME = "report.full.md"
@@ -65,7 +66,7 @@ def _note(record: RunRecord) -> str:
     median = record.metrics.get("latency.median")
     if not text and median is not None and median.value is None:
         text = f"not timed: {median.reason}"
-    return text.replace("|", "\\|").replace("\n", " ")
+    return md_cell(text)
 
 
 def _artifact(record: RunRecord) -> tuple[str, str]:
@@ -125,7 +126,7 @@ def render_placement_notes(records: list[RunRecord]) -> list[str]:
         return []
     lines = ["Placement notes:", ""]
     for note, variants in notes.items():
-        lines.append(f"- {', '.join(f'`{v}`' for v in variants)}: {note}")
+        lines.append(f"- {', '.join(md_code(v) for v in variants)}: {md_cell(note)}")
     return lines + [""]
 
 
@@ -141,7 +142,7 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
     for r in records:
         size, export = _artifact(r)
         shares, switches = _placement(r)
-        add("variant", f"`{variant_label(r)}`")
+        add("variant", md_code(variant_label(r)))
         add("status", STATUS_MARK[r.status])
         for name in ("median", "best", "p90"):
             add(name, fmt_metric(r.metrics.get(f"latency.{name}")))
@@ -180,7 +181,7 @@ def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str
 def model_table(model: str, records: list[RunRecord]) -> list[str]:
     """The model's heading and its table (folded columns included): what a comment keeps longest."""
     baseline = baseline_for(records)
-    lines = [f"### {model}", "", *render_table(model_columns(records))]
+    lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records))]
     return lines + [f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
                     if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", "",
                     *render_column_notes(records, extra_columns(records))]
@@ -213,13 +214,14 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
     summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     latency = report.settings.get("latency", {})
     head = [
-        f"# mlbench report: {report.pipeline.name}",
+        f"# mlbench report: {md_cell(report.pipeline.name)}",
         "",
         f"Run `{report.run_id}` started {report.created}"
         + ("" if report.finished else " — **partial: the run was interrupted**") + f". {summary}.",
         "",
-        f"Machine: {machine.get('os')} {machine.get('os_release')} {machine.get('arch')}, {machine.get('cpu')} "
-        f"({machine.get('cpu_count')} cores), Python {machine.get('python')}; {packages}.",
+        "Machine: " + md_cell(f"{machine.get('os')} {machine.get('os_release')} {machine.get('arch')}, "
+                              f"{machine.get('cpu')} ({machine.get('cpu_count')} cores), Python {machine.get('python')}; "
+                              f"{packages}."),
         "",
         f"All figures are **measured** on this machine unless marked {ESTIMATE_MARK} (**estimated** by mlbench's "
         "rules and cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; "

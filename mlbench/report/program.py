@@ -8,14 +8,10 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the report layer only reads the data
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, TensorDescription
 
+from mlbench.report.text import md_cell, md_code
 from mlbench.units import human_bytes, human_count
 
 __all__ = ["render_program_markdown"]
-
-
-def _cell(text: object) -> str:
-    """Text safe inside a Markdown table cell."""
-    return str(text).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def _shape(shape: Sequence[int | None] | None) -> str:
@@ -27,14 +23,14 @@ def _shape(shape: Sequence[int | None] | None) -> str:
 
 
 def _io(desc: TensorDescription) -> str:
-    parts = [f"`{desc.name}`"]
+    parts = [md_code(desc.name)]
     if desc.kind == "image":
-        parts.append(f"image {_shape(desc.shape)} {desc.dtype or ''}".rstrip())
+        parts.append(md_cell(f"image {_shape(desc.shape)} {desc.dtype or ''}".rstrip()))
     elif desc.kind in ("tensor", "state"):
         label = "" if desc.kind == "tensor" else "state "
-        parts.append(f"{label}{desc.dtype or '?'} {_shape(desc.shape)}")
+        parts.append(md_cell(f"{label}{desc.dtype or '?'} {_shape(desc.shape)}"))
     else:
-        parts.append(desc.kind)
+        parts.append(md_cell(desc.kind))
     if desc.flexible:
         parts.append("(flexible)")
     return " ".join(parts)
@@ -65,12 +61,13 @@ def _count_cell(value: int | None) -> str:
 
 
 def render_program_markdown(
-    analysis: ProgramAnalysis, *, title: str | None = None, max_layers: int | None = None, level: int = 3
+    analysis: ProgramAnalysis, *, title: str | None = None, max_layers: int | None = None, level: int = 3,
+    heading: str | None = None,
 ) -> str:
     """Summary, op-type counts, notes and a collapsible per-layer table for one model."""
     a = analysis
     t = a.totals
-    lines: list[str] = [f"{'#' * level} {title or a.path}", ""]
+    lines: list[str] = [f"{'#' * level} {heading or md_cell(title or a.path)}", ""]  # heading: already Markdown
 
     kind = f"{a.model_type} (spec {a.spec_version}"
     if a.min_os:
@@ -88,7 +85,7 @@ def render_program_markdown(
         if not t.macs_complete:
             macs = "≥ " + macs + ", some shapes unknown"
 
-    rows = [
+    rows = [  # plain text, quoted with md_cell when the table is written
         ("Model", kind),
         ("Precision", a.precision),
         ("Compute ops", f"{t.compute_ops:,}"),
@@ -99,17 +96,17 @@ def render_program_markdown(
         ("FLOPs, bytes (cost model)", _cost_row(a)),  # cost model
         ("Package size", human_bytes(a.package_size_bytes)),
     ]
-    if a.inputs:
-        rows.append(("Inputs", ", ".join(_io(d) for d in a.inputs)))
-    if a.outputs:
-        rows.append(("Outputs", ", ".join(_io(d) for d in a.outputs)))
     lines += ["| | |", "|---|---|"]
-    lines += [f"| {name} | {_cell(value)} |" for name, value in rows]
+    lines += [f"| {name} | {md_cell(value)} |" for name, value in rows]
+    if a.inputs:  # already Markdown: quoted part by part in _io
+        lines.append(f"| Inputs | {', '.join(_io(d) for d in a.inputs)} |")
+    if a.outputs:
+        lines.append(f"| Outputs | {', '.join(_io(d) for d in a.outputs)} |")
     lines.append("")
 
     if a.op_counts:
         lines += ["| Op type | Count |", "|---|---:|"]
-        lines += [f"| {_cell(op)} | {n:,} |" for op, n in sorted(a.op_counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+        lines += [f"| {md_cell(op)} | {n:,} |" for op, n in sorted(a.op_counts.items(), key=lambda kv: (-kv[1], kv[0]))]
         lines.append("")
 
     if a.notes:
@@ -129,9 +126,9 @@ def render_program_markdown(
                 if layer.weight_storage:
                     weights += f" {layer.weight_storage}"
             lines.append(
-                f"| {i} | {_cell(name)} | {_cell(layer.op_type)} | {layer.output_dtype or ''} | "
+                f"| {i} | {md_cell(name)} | {md_cell(layer.op_type)} | {md_cell(layer.output_dtype or '')} | "
                 f"{_shape(layer.output_shape) if layer.output_shape is not None else ''} | "
-                f"{_macs_cell(layer)} | {_count_cell(layer.flops)} | {_count_cell(layer.bytes)} | {_cell(weights)} |"
+                f"{_macs_cell(layer)} | {_count_cell(layer.flops)} | {_count_cell(layer.bytes)} | {md_cell(weights)} |"
             )
         if len(shown) < len(a.layers):
             lines += ["", f"… {len(a.layers) - len(shown):,} more layers not shown."]

@@ -7,6 +7,10 @@ once through the backend's `call_timer`. Then, per variant, rounds alternate the
 (A B, B A, A B, ...): in each round each side makes `warmup` untimed and `calls` timed calls. The
 verdict (`mlbench.compare.comparison.compare` with paired changes) judges the per-round ratios
 head / base, so it is the same rules, Markdown and JSON as `mlbench compare`.
+
+Unlike `mlbench run`, everything here happens in this process (no supervised children, no
+limits): the sides alternate blocks of calls back to back, which a pipe round trip per block would
+disturb. docs/compare-and-ci.md says so to users.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
-"""Where the work of a run executes: this machine (exports in parallel processes) or a Dask cluster.
+"""Where the work of a run executes: child processes of this machine, or a Dask cluster.
 
 Both run a sweep in two phases so that no timing is ever disturbed by an export: first every
 artifact that goes through the cache is built (in parallel), then measurements run strictly one
-at a time per machine. Records come back to the coordinator as they finish; it journals them.
+at a time per machine. Every model runs in a supervised child process (`supervisor.py`), never in
+the coordinator: a crash, a hang or a runaway allocation fails its own variants and the sweep goes
+on. Records come back to the coordinator as they finish; it journals them.
 """
 
 from __future__ import annotations
@@ -11,21 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mlbench.cpus import available_cpus
-from mlbench.errors import UserError
+from mlbench.errors import UserError, short_error
 from mlbench.records import RunRecord
-from mlbench.run.tasks import (
-    ExportOutcome,
-    Finished,
-    WorkContext,
-    WorkSpec,
-    export_artifact,
-    export_task,
-    failed_record,
-    measure_task,
-    run_group,
-    warm_task,
-)
-from mlbench.run.threads import limited_threads
+from mlbench.run.limits import ChildLimits
+from mlbench.run.supervisor import ChildPool, ask, export_all, measure_group
+from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, failed_record
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -34,7 +26,12 @@ MEASURE_RESOURCE = "measure"
 """Dask resource every measurement takes one of: workers declare `--resources measure=1`, so a
 machine never runs two measurements (or a measurement beside another) at once."""
 
+COUNTS_S = 60.0
+"""How long the child counting parameters for the export order may take (past its imports)."""
+
 OnExported = Callable[[ExportOutcome], None]
+LimitsOf = Callable[["Variant"], ChildLimits]
+OnStarted = Callable[["Variant"], None]
 
 
 def default_jobs() -> int:
@@ -43,66 +40,57 @@ def default_jobs() -> int:
 
 
 class LocalExecutor:
-    """Exports in `jobs` worker processes (joblib/loky), measurements in this process, in order."""
+    """Exports in up to `jobs` child processes at once, then measurements in one child, in order."""
 
     def __init__(self, jobs: int = 1) -> None:
         if jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
         self.jobs = jobs
-        self._warming: list[Any] = []
+        self.pool = ChildPool()
+        self.stage_seconds: dict[str, float] = {}
 
     def describe(self) -> str:
         return f"local, {self.jobs} export job{'s' if self.jobs != 1 else ''}"
 
-    def _pool(self, exports: int) -> Any:
-        from joblib.externals.loky import get_reusable_executor
-
-        return get_reusable_executor(max_workers=min(self.jobs, exports) - 1)
-
-    def warm(self, packages: list[str], exports: int) -> None:
-        """Start the worker processes now, each importing `packages` (torch, a converter), while this
+    def warm(self, packages: list[str], exports: int, memory_bytes: int = 0) -> None:
+        """Start the export children now, each importing torch and `packages` (a converter), while this
         process works out the export order: seconds of imports no longer delay the first export."""
         if self.jobs == 1 or exports < 2:
             return
-        pool = self._pool(exports)
-        self._warming = [pool.submit(warm_task, packages) for _ in range(min(self.jobs, exports) - 1)]
+        self.pool.prestart(min(self.jobs, exports), memory_bytes, tuple(packages))
 
-    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
-        """Build the artifacts of `variants` (one per artifact, longest first) in parallel, reporting each outcome.
+    def parameter_counts(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0) -> dict[str, int]:
+        """model → parameter count, built on the meta device in a child (a user's model never runs in
+        the coordinator); {} when that child fails or takes longer than COUNTS_S."""
+        counts = ask(self.pool, ("counts", spec, models), memory_bytes, COUNTS_S)
+        return counts if isinstance(counts, dict) else {}
 
-        This process takes a share of the exports itself beside `jobs - 1` worker processes (joblib's
-        loky pool): it would only wait otherwise, and what it imports and builds now serves the
-        measurements that follow. Every process takes the next export in order when it is free, so
-        the longest start first and the last to finish is short.
+    def export(self, spec: WorkSpec, variants: list[Variant], limits_of: LimitsOf, on_done: OnExported) -> None:
+        """Build the artifacts of `variants` (one per artifact) in parallel children, reporting each outcome.
+
+        Every child takes the next export in the order given (longest first, `schedule.py`) when it is
+        free, so the longest start first and the last to finish is short.
         """
         if self.jobs == 1 or len(variants) < 2:
-            return  # exported in order during measurement, in this process: nothing to gain
-        from concurrent.futures import FIRST_COMPLETED, Future, wait
-
+            return  # exported in order by the measuring child: nothing to gain
         threads = max(1, available_cpus() // self.jobs)  # no oversubscription across processes
-        workers = min(self.jobs, len(variants)) - 1
-        pool = self._pool(len(variants))
-        pending = list(variants)
-        in_flight: set[Future[ExportOutcome]] = set()
-        with limited_threads(threads):
-            while pending or in_flight:
-                while pending and len(in_flight) < workers:  # workers take the next ...
-                    in_flight.add(pool.submit(export_task, spec, pending.pop(0), threads))
-                if pending:  # ... and so does this process
-                    on_done(export_artifact(ctx, pending.pop(0)))
-                else:
-                    wait(in_flight, return_when=FIRST_COMPLETED)
-                for future in [f for f in in_flight if f.done()]:
-                    in_flight.discard(future)
-                    on_done(future.result())
+        export_all(self.pool, spec, variants, limits_of, min(self.jobs, len(variants)), threads, on_done,
+                   self.stage_seconds)
+        self.pool.trim(1)  # measurements run alone
 
-    def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
-                on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
+    def measure(self, spec: WorkSpec, groups: list[list[Variant]], failures: dict[str, str], limits_of: LimitsOf,
+                on_stage: Callable[[str, str], None], on_started: OnStarted) -> Iterator[Finished]:
         for group in groups:
-            yield from run_group(ctx, group, on_stage, export_failure=failures.get(group[0].id))
+            failure = failures.get(group[0].id)
+            if failure is not None:  # a parallel export already failed: don't pay for it twice
+                for variant in group:
+                    yield Finished(failed_record(variant, "failed", failure))
+                continue
+            yield from measure_group(self.pool, spec, group, limits_of(group[0]), on_stage, on_started,
+                                     self.stage_seconds)
 
     def close(self) -> None:
-        pass
+        self.pool.close()
 
 
 class DaskExecutor:
@@ -145,19 +133,28 @@ class DaskExecutor:
                         f"(start workers with --resources {name}=1)")
         return None
 
-    def warm(self, packages: list[str], exports: int) -> None:
+    def warm(self, packages: list[str], exports: int, memory_bytes: int = 0) -> None:
         pass  # Dask workers are long-lived: their imports are paid once, before any run
 
-    def export(self, spec: WorkSpec, ctx: WorkContext, variants: list[Variant], on_done: OnExported) -> None:
+    def export(self, spec: WorkSpec, variants: list[Variant], limits_of: LimitsOf, on_done: OnExported) -> None:
         from distributed import as_completed
 
-        futures = [self.client.submit(export_task, spec, v, pure=False) for v in variants]
-        for future in as_completed(futures):
-            on_done(future.result())
+        from mlbench.run.remote import export_task
 
-    def measure(self, spec: WorkSpec, ctx: WorkContext, groups: list[list[Variant]], failures: dict[str, str],
-                on_stage: Callable[[str, str], None]) -> Iterator[Finished]:
+        futures = {self.client.submit(export_task, spec, v, limits_of(v), pure=False): v for v in variants}
+        for future in as_completed(list(futures)):
+            try:
+                on_done(future.result())
+            except Exception as exc:  # noqa: BLE001 - the worker itself was lost: this export failed
+                on_done(ExportOutcome(futures[future].id, failure=f"the Dask worker failed: {short_error(exc)}"))
+
+    def measure(self, spec: WorkSpec, groups: list[list[Variant]], failures: dict[str, str], limits_of: LimitsOf,
+                on_stage: Callable[[str, str], None], on_started: OnStarted) -> Iterator[Finished]:
+        """Records come back per artifact group when its task ends (`on_started` is not called: the
+        coordinator does not see a remote measurement begin)."""
         from distributed import as_completed
+
+        from mlbench.run.remote import measure_task
 
         futures = {}
         for group in groups:
@@ -167,12 +164,18 @@ class DaskExecutor:
                 for variant in group:
                     yield Finished(failed_record(variant, "skipped", why_not))
                 continue
-            future = self.client.submit(measure_task, spec, group,
-                                        failures.get(group[0].id), resources=resources, pure=False)
+            future = self.client.submit(measure_task, spec, group, failures.get(group[0].id), limits_of(group[0]),
+                                        resources=resources, pure=False)
             futures[future] = group
             on_stage(group[0].artifact_id, "queued")
         for future in as_completed(list(futures)):
-            for item in future.result():
+            try:
+                items: list[dict[str, Any]] = future.result()
+            except Exception as exc:  # noqa: BLE001 - the worker itself was lost: its group failed
+                for variant in futures[future]:
+                    yield Finished(failed_record(variant, "failed", f"the Dask worker failed: {short_error(exc)}"))
+                continue
+            for item in items:
                 yield Finished(RunRecord.model_validate(item["record"]),
                                tuple(item["artifact"]) if item["artifact"] else None)
 

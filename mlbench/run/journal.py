@@ -4,8 +4,11 @@ A `kill -9` at any moment loses no finished record: each line is written whole a
 the run goes on, and a line cut short by a crash is ignored when the journal is read back.
 `mlbench run --resume` reads it to skip the variants it already holds.
 
-Lines: {"run": {...}} first (run id, pipeline sha256), then {"record": RunRecord} and
-{"artifact": {"key": ..., "details": ...}} in completion order; {"resumed": {...}} marks a restart.
+Lines: {"run": {...}} first (run id, pipeline sha256), then in completion order
+{"started": {"variant_id", "fingerprint", "at"}} as a measurement begins, {"record": RunRecord,
+"fingerprint": ...} as it ends, and {"artifact": {"key": ..., "details": ...}};
+{"resumed": {...}} marks a restart (with the pipeline's sha256 at that time). A variant started and
+never recorded was being measured when the run died (`JournalContents.unfinished`).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from mlbench.records import RunRecord
 class JournalContents:
     header: dict[str, Any]
     records: dict[str, RunRecord] = field(default_factory=dict)  # variant id → its latest record
+    fingerprints: dict[str, str | None] = field(default_factory=dict)  # variant id → what shaped its latest record
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
+    unfinished: dict[str, tuple[str | None, int]] = field(default_factory=dict)
+    """Variant id → (fingerprint, starts in a row with no record after them): the run died measuring it."""
     skipped_lines: int = 0
 
 
@@ -47,8 +53,11 @@ class Journal:
     def resumed(self, info: dict[str, Any]) -> None:
         self._append({"resumed": info})
 
-    def record(self, record: RunRecord) -> None:
-        self._append({"record": json.loads(record.model_dump_json())})
+    def started(self, variant_id: str, fingerprint: str | None, at: str) -> None:
+        self._append({"started": {"variant_id": variant_id, "fingerprint": fingerprint, "at": at}})
+
+    def record(self, record: RunRecord, fingerprint: str | None = None) -> None:
+        self._append({"record": json.loads(record.model_dump_json()), "fingerprint": fingerprint})
 
     def artifact(self, key: str, details: dict[str, Any]) -> None:
         self._append({"artifact": {"key": key, "details": details}})
@@ -69,6 +78,15 @@ class Journal:
                 elif contents is not None and "record" in entry:
                     record = RunRecord.model_validate(entry["record"])
                     contents.records[record.variant_id] = record
+                    contents.fingerprints[record.variant_id] = entry.get("fingerprint")
+                    contents.unfinished.pop(record.variant_id, None)
+                elif contents is not None and "started" in entry:
+                    started = entry["started"]
+                    _, count = contents.unfinished.get(started["variant_id"], (None, 0))
+                    contents.unfinished[started["variant_id"]] = (started.get("fingerprint"), count + 1)
+                elif contents is not None and "resumed" in entry:
+                    if entry["resumed"].get("pipeline_sha256"):
+                        contents.header["pipeline_sha256"] = entry["resumed"]["pipeline_sha256"]
                 elif contents is not None and "artifact" in entry:
                     contents.artifacts[entry["artifact"]["key"]] = entry["artifact"]["details"]
                 elif "resumed" not in entry:

@@ -2,11 +2,13 @@
 variant one at a time, journaling each record the moment it is done.
 
 An interrupted run loses nothing already measured: the journal holds every finished record, a
-partial report is written on Ctrl-C, and `resume=True` runs only what the journal lacks.
+partial report is written on Ctrl-C (and when the run cannot finish), and `resume=True` runs only
+what the journal lacks. User models run only in supervised child processes (`supervisor.py`).
 """
 
 from __future__ import annotations
 
+import logging
 import uuid
 
 from mlbench import __version__
@@ -19,23 +21,41 @@ from mlbench.matrix import Plan, expand
 from mlbench.records import PipelineInfo, RunRecord, RunReport
 from mlbench.run.executors import DaskExecutor, LocalExecutor
 from mlbench.run.journal import Journal
+from mlbench.run.limits import ChildLimits, limits_for
+from mlbench.run.lock import ReportLock
 from mlbench.run.progress import Progress
-from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
+from mlbench.run.resume import fingerprint, resume
+from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, utc_now
 from mlbench.store.cache import ArtifactCache
+
+log = logging.getLogger("mlbench.run")
+
+EXIT_UNFINISHED = 3
+"""Exit code of a run that could not finish (its partial report is written); 1 is a finished run
+with failed variants."""
+
+
+class RunUnfinished(UserError):
+    """The run stopped before every variant had a record: the partial report and the journal stay."""
+
+    exit_code = EXIT_UNFINISHED
 
 
 class Runner:
     def __init__(self, pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1,
-                 executor: str | None = None, resume: bool = False) -> None:
+                 executor: str | None = None, resume: bool = False, retry_crashed: bool = False) -> None:
         self.pipeline = pipeline
         self.config = pipeline.config
         self.progress = progress or Progress()
         self.plan = Plan(expand(self.config))
         self.spec = WorkSpec(config=self.config.model_dump(mode="json"), base_dir=str(pipeline.base_dir),
                              cache_dir=str(pipeline.cache_dir))
-        self.ctx = WorkContext(self.config, pipeline.base_dir, ArtifactCache(pipeline.cache_dir))
+        self.cache = ArtifactCache(pipeline.cache_dir)
         self.journal = Journal(pipeline.report_dir / "journal.jsonl")
         self.resume = resume
+        self.retry_crashed = retry_crashed
+        self.fingerprints = {v.id: fingerprint(self.config, v) for v in self.plan.variants}
+        self.stage_seconds: dict[str, float] = {"load": 0.0, "export": 0.0, "measure": 0.0}
         self.executor_address = executor or (self.config.executor.address if self.config.executor.kind == "dask"
                                              else None)
         self.jobs = jobs
@@ -58,8 +78,15 @@ class Runner:
             self.artifacts[key] = details
             self.journal.artifact(key, details)
         self.records[finished.record.variant_id] = finished.record
-        self.journal.record(finished.record)
+        self.journal.record(finished.record, self.fingerprints.get(finished.record.variant_id))
         self.progress.record(finished.record, len(self.records), len(self.plan.variants))
+
+    def _started(self, variant) -> None:
+        """Journal that a measurement begins: if the run dies now, a resume knows which variant it was."""
+        self.journal.started(variant.id, self.fingerprints.get(variant.id), utc_now())
+
+    def _limits(self, variant) -> ChildLimits:
+        return limits_for(self.config, variant)
 
     def _start_journal(self) -> None:
         header = {"run_id": self.run_id, "created": self.created, "pipeline": str(self.pipeline.path),
@@ -68,16 +95,18 @@ class Runner:
             self.journal.start(header)
             return
         contents = self.journal.load()
-        if contents.header.get("pipeline_sha256") != self.pipeline.sha256:
-            raise UserError(f"the journal is from another version of {self.pipeline.path.name}; "
-                            "run without --resume to start over", file=self.journal.path)
         self.run_id, self.created = contents.header["run_id"], contents.header["created"]
-        planned = {v.id for v in self.plan.variants}
-        for variant_id, record in contents.records.items():
-            if variant_id in planned:
-                self.records[variant_id] = record
+        found = resume(contents, self.plan.variants, self.config, self.pipeline.sha256,
+                       retry_crashed=self.retry_crashed)
+        self.records.update(found.kept)
         self.artifacts.update(contents.artifacts)
-        self.journal.resumed({"at": utc_now(), "reused": len(self.records)})
+        self.journal.resumed({"at": utc_now(), "reused": len(self.records), "pipeline_sha256": self.pipeline.sha256})
+        if found.changed:
+            log.warning("resuming: %d of the journal's records are measured again, as what shaped them changed "
+                        "in %s", found.changed, self.pipeline.path.name)
+        for record in found.crashed:
+            self.records[record.variant_id] = record
+            self.journal.record(record, self.fingerprints.get(record.variant_id))
 
     # -- the run -------------------------------------------------------------------------------
 
@@ -87,22 +116,31 @@ class Runner:
             return DaskExecutor(self.executor_address, runs_on)
         return LocalExecutor(self.jobs)
 
+    def _order_exports(self, executor: LocalExecutor, to_export: list) -> list:
+        """Longest first (`schedule.py`), while the export children start and import torch and the
+        converters; the parameter counts that may decide the order are taken in one of those children."""
+        from mlbench.backends.registry import specs
+        from mlbench.run.schedule import longest_first
+
+        memory = self._limits(to_export[0]).memory_bytes
+        executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].packages], len(to_export),
+                      memory)
+        history = self.pipeline.history_path if self.config.history.enabled else None
+        return longest_first(to_export, self.config, self.pipeline.base_dir, history,
+                             counts=lambda models: executor.parameter_counts(self.spec, models, memory))
+
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)
         self._start_journal()
+        self.cache.clean_stale_builds()
         todo = [v for v in self.plan.variants if v.id not in self.records]
         groups = Plan(todo).artifact_groups()
         executor = self._executor()
         self.progress.start(len(self.plan.variants), done=len(self.records))
         try:
             to_export = [g[0] for g in groups if backend_class(g[0].backend).cached_export]
-            if len(to_export) > 1 and self.jobs > 1 and not self.executor_address:
-                from mlbench.backends.registry import specs
-                from mlbench.run.schedule import longest_first
-
-                executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].packages], len(to_export))
-                history = self.pipeline.history_path if self.config.history.enabled else None
-                to_export = longest_first(to_export, self.config, self.pipeline.base_dir, history)
+            if len(to_export) > 1 and self.jobs > 1 and isinstance(executor, LocalExecutor):
+                to_export = self._order_exports(executor, to_export)
             for variant in to_export:
                 self.progress.stage(variant.artifact_id, "queued")
             failures: dict[str, str] = {}
@@ -114,14 +152,17 @@ class Runner:
                     self.built_keys.add(outcome.built_key)
                 self.progress.stage(outcome.variant_id, "exported")
 
-            executor.export(self.spec, self.ctx, to_export, exported)
+            executor.export(self.spec, to_export, self._limits, exported)
             self.measure_load = (sample(), None)
-            for finished in executor.measure(self.spec, self.ctx, groups, failures, self.progress.stage):
+            for finished in executor.measure(self.spec, groups, failures, self._limits, self.progress.stage,
+                                             self._started):
                 self._finish(finished)
             self.measure_load = (self.measure_load[0], sample())
         finally:
             self.progress.stop()
             executor.close()
+            for name, value in getattr(executor, "stage_seconds", {}).items():
+                self.stage_seconds[name] = self.stage_seconds.get(name, 0.0) + value
         return self.report(finished=True)
 
     def report(self, *, finished: bool) -> RunReport:
@@ -143,31 +184,40 @@ class Runner:
             records=records,
             artifacts={r.artifact.key: self.artifacts[r.artifact.key] for r in records
                        if r.artifact is not None and r.artifact.key in self.artifacts},
-            stage_seconds={k: round(v, 6) for k, v in self.ctx.stage_seconds.items()},
+            stage_seconds={k: round(v, 6) for k, v in self.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
         )
 
 
 def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, executor: str | None = None,
-        resume: bool = False) -> RunReport:
+        resume: bool = False, retry_crashed: bool = False) -> RunReport:
     """Run a pipeline and write its reports; the Python API behind `mlbench run`.
 
-    jobs: export worker processes (1: export in order in this process). executor: a Dask scheduler
-    address (`tcp://host:8786`) overriding the pipeline's `executor:`. resume: reuse the journal's
-    finished records and run only what is missing.
+    jobs: export processes at once (1: each artifact is exported by the child that measures it).
+    executor: a Dask scheduler address (`tcp://host:8786`) overriding the pipeline's `executor:`.
+    resume: reuse the journal's records whose variants and inputs are unchanged and run the rest.
+    retry_crashed: with resume, measure again a variant the run died on twice.
+    Raises RunUnfinished (exit code 3) after writing the partial report when the run cannot finish.
     """
     from mlbench.report import write_reports
 
-    runner = Runner(pipeline, progress, jobs=jobs, executor=executor, resume=resume)
-    try:
-        report = runner.run()
-    except KeyboardInterrupt:
-        write_reports(runner.report(finished=False), pipeline)
-        raise
-    write_reports(report, pipeline)
+    with ReportLock(pipeline.report_dir):
+        runner = Runner(pipeline, progress, jobs=jobs, executor=executor, resume=resume,
+                        retry_crashed=retry_crashed)
+        try:
+            report = runner.run()
+        except KeyboardInterrupt:
+            write_reports(runner.report(finished=False), pipeline)
+            raise
+        except UserError:  # a mistake found on the way (e.g. no journal to resume): nothing to report
+            raise
+        except Exception as exc:
+            write_reports(runner.report(finished=False), pipeline)
+            log.debug("the run could not finish", exc_info=True)
+            raise RunUnfinished(f"the run could not finish: {short_error(exc)}; the partial report and the journal "
+                                f"are in {pipeline.report_dir} (`--resume` goes on from there)") from exc
+        write_reports(report, pipeline)
     if pipeline.config.history.enabled:  # after the reports: a history failure never loses a report
-        import logging
-
         from mlbench.store.history import record_run
 
         try:

@@ -4,7 +4,8 @@ one and no core sits idle while one large export runs on alone (list scheduling,
 The expected cost of an artifact is, in order of trust:
 1. how long the same artifact took to export in the last recorded run of this pipeline (run history);
 2. its model's parameter count, read by building the model on torch's `meta` device (no weights are
-   allocated or initialised: milliseconds, even for large models);
+   allocated or initialised: milliseconds, even for large models) -- in a run, inside one of the
+   supervised export children (`counts`), since a user's model never runs in the coordinator;
 3. unknown: scheduled first, as if it were the largest (a wrong guess then costs least).
 Ties keep the plan's order, so the artifacts of one model stay together.
 """
@@ -12,6 +13,7 @@ Ties keep the plan's order, so the artifacts of one model stay together.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,13 +65,18 @@ def parameter_counts(config: PipelineConfig, base_dir: Path, models: set[str]) -
     return counts
 
 
-def longest_first(variants: list[Variant], config: PipelineConfig, base_dir: Path,
-                  history: Path | None) -> list[Variant]:
-    """`variants` (one per artifact) ordered by expected export cost, largest first."""
+def longest_first(variants: list[Variant], config: PipelineConfig, base_dir: Path, history: Path | None,
+                  counts: Callable[[set[str]], dict[str, int]] | None = None) -> list[Variant]:
+    """`variants` (one per artifact) ordered by expected export cost, largest first.
+
+    counts: model names → parameter counts (the runner's asks a supervised child); by default
+    `parameter_counts` in this process.
+    """
     if len(variants) < 2:
         return list(variants)
     seconds = last_export_seconds(history, config.name)
     if all(v.artifact_id in seconds for v in variants):
         return sorted(variants, key=lambda v: -seconds[v.artifact_id])
-    params = parameter_counts(config, base_dir, {v.model for v in variants})
+    models = {v.model for v in variants}
+    params = counts(models) if counts is not None else parameter_counts(config, base_dir, models)
     return sorted(variants, key=lambda v: -params.get(v.model, float("inf")))

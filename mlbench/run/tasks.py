@@ -1,5 +1,5 @@
-"""The units of work of a run, the same wherever they execute: in this process, in a joblib
-worker process, or on a Dask worker.
+"""The units of work of a run, the same wherever they execute: in a supervised child process of
+the coordinator (`child.py`) or of a Dask worker (`remote.py`).
 
 - `export_artifact`: build (or find) one artifact in the content-addressed cache. Safe to run in
   parallel: the cache publishes each entry atomically and two builders of one key end with one.
@@ -24,7 +24,7 @@ from typing import Any
 from mlbench.backends.base import Backend, VariantSkipped
 from mlbench.backends.registry import backend_class
 from mlbench.config.pipeline import PipelineConfig
-from mlbench.errors import short_error
+from mlbench.errors import one_line, short_error
 from mlbench.matrix import Variant
 from mlbench.records import RunRecord
 from mlbench.store.cache import ArtifactCache
@@ -91,6 +91,8 @@ class WorkContext:
 
 
 def _record(variant: Variant, status: str, started: str, t0: float, **fields: Any) -> RunRecord:
+    if fields.get("error") is not None:  # a multi-line message would break progress lines and report rows
+        fields["error"] = one_line(fields["error"], limit=1000)
     return RunRecord(
         variant_id=variant.id, model=variant.model, backend=variant.backend, axes=dict(variant.axes),
         artifact_id=variant.artifact_id, status=status, started=started,
@@ -98,9 +100,11 @@ def _record(variant: Variant, status: str, started: str, t0: float, **fields: An
     )
 
 
-def failed_record(variant: Variant, status: str, error: str) -> RunRecord:
-    """A record for a variant that never started (skipped, or failed before any work)."""
-    return _record(variant, status, utc_now(), time.perf_counter(), error=error)
+def failed_record(variant: Variant, status: str, error: str, *, started: str | None = None,
+                  t0: float | None = None) -> RunRecord:
+    """A record for a variant that failed or was skipped outside its measurement (by default: before
+    any work; `started`/`t0`: when the work that failed began)."""
+    return _record(variant, status, started or utc_now(), time.perf_counter() if t0 is None else t0, error=error)
 
 
 def _model_failure(exc: BaseException) -> str:
@@ -198,7 +202,7 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
 _CONTEXT: tuple[WorkSpec, WorkContext] | None = None
 
 
-def _context(spec: WorkSpec) -> WorkContext:
+def worker_context(spec: WorkSpec) -> WorkContext:
     """One context per worker process and pipeline, so a worker builds each model once."""
     global _CONTEXT
     if _CONTEXT is None or _CONTEXT[0] != spec:
@@ -207,17 +211,17 @@ def _context(spec: WorkSpec) -> WorkContext:
 
 
 def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) -> ExportOutcome:
-    """Worker: build one artifact. The variant travels itself: no worker re-expands the matrix."""
+    """In a child process: build one artifact. The variant travels itself: no worker re-expands the matrix."""
     from contextlib import nullcontext
 
     from mlbench.run.threads import limited_threads
 
     with limited_threads(threads) if threads else nullcontext():
-        return export_artifact(_context(spec), variant)
+        return export_artifact(worker_context(spec), variant)
 
 
 def warm_task(packages: list[str]) -> list[str]:
-    """Worker: import what the exports will need (torch, a converter) before the first one arrives;
+    """In a child before its first request: import what the exports will need (torch, a converter);
     returns the packages that could not be imported (the export will say why)."""
     import importlib
 
@@ -228,12 +232,3 @@ def warm_task(packages: list[str]) -> list[str]:
         except Exception:  # noqa: BLE001 - not ours to report here
             missing.append(name)
     return missing
-
-
-def measure_task(spec: WorkSpec, variants: list[Variant], export_failure: str | None = None) -> list[dict[str, Any]]:
-    """Worker: measure one artifact's variants; records as JSON-ready dicts (they cross machines)."""
-    ctx = _context(spec)
-    out = []
-    for finished in run_group(ctx, variants, export_failure=export_failure):
-        out.append({"record": finished.record.model_dump(mode="json"), "artifact": finished.artifact})
-    return out

@@ -45,6 +45,7 @@ from mlbench.store.entry import (
     valid_artifact_name,
 )
 from mlbench.store.hashing import jsonable, path_size, sha256_path
+from mlbench.store.stale import build_owner_dead, host_tag
 from mlbench.store.state import StatState, backdate, signature
 from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
 
@@ -210,7 +211,8 @@ class ArtifactCache:
 
         final = self.entry_dir(key)
         self.tmp_root.mkdir(parents=True, exist_ok=True)
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-", dir=self.tmp_root))
+        owner = f"{host_tag()}.{os.getpid()}"  # a later run removes the folder once this process is dead
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-{owner}-", dir=self.tmp_root))
         try:
             meta = self._build_into(tmp_dir, key, key_inputs, build)
             for _ in range(5):
@@ -307,14 +309,19 @@ class ArtifactCache:
         self._evict_dir(entry_dir)
         return True
 
+    def clean_stale_builds(self) -> None:
+        """Delete leftovers of dead processes: evictions cut short, builds whose process on this machine
+        is gone, and builds idle for an hour (those of other machines); every run starts with this."""
+        self._clean_tmp()
+
     def _clean_tmp(self) -> None:
-        """Delete leftovers of dead processes: evictions cut short, builds idle for an hour."""
         if not self.tmp_root.is_dir():
             return
         now = time.time()
         for p in self.tmp_root.iterdir():
             try:
-                stale = p.name.startswith("trash-") or now - tree_mtime(p) > STALE_TMP_SECONDS
+                stale = (p.name.startswith("trash-") or build_owner_dead(p.name)
+                         or now - tree_mtime(p) > STALE_TMP_SECONDS)
             except OSError:
                 continue
             if stale:

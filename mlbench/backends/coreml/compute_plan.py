@@ -1,9 +1,11 @@
 """Measured Core ML placement from `MLComputePlan` (macOS 14.4+, coremltools ≥ 8.1).
 
 The plan needs a compiled `.mlmodelc` (an `.mlpackage` path aborts the whole process,
-apple/coremltools#2757), so compilation and the plan run in a child process: a crash there costs
-one variant's placement, never the sweep. The child prints one JSON line per operation; the parent
-maps it onto the static analysis. Written against coremltools' documented API; it cannot run on
+apple/coremltools#2757), so the plan is read in a child process: a crash there costs one variant's
+placement, never the sweep. The child reads the compiled model the measurement already made (or
+compiles the package itself, for `mlbench inspect`) and writes its operations as one JSON document
+to a file of its own (compile_model lets the compiler print on stdout, so stdout carries nothing
+the parent reads); the parent maps them onto the static analysis. Written against coremltools' documented API; it cannot run on
 Linux, so everything around it (parsing, mapping, summaries) is tested there.
 """
 
@@ -32,17 +34,27 @@ def compute_plan_available() -> str | None:
     return None
 
 
-def plan_operations(package: Path, compute_units: str) -> list[dict[str, Any]]:  # pragma: no cover - macOS only
-    """Compile the package and read its compute plan in a child process."""
+def plan_operations(model: Path, compute_units: str) -> list[dict[str, Any]]:  # pragma: no cover - macOS only
+    """The compute plan of `model` (a compiled `.mlmodelc`, or a package to compile), read in a child process."""
     with tempfile.TemporaryDirectory(prefix="mlbench-plan-") as tmp:
+        out = Path(tmp) / "plan.json"
         result = subprocess.run(
-            [sys.executable, "-m", "mlbench.backends.coreml.compute_plan", str(package), compute_units, tmp],
+            [sys.executable, "-m", "mlbench.backends.coreml.compute_plan", str(model), compute_units, tmp, str(out)],
             capture_output=True, text=True, timeout=PLAN_TIMEOUT_S, check=False,
         )
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-        raise RuntimeError(f"compute plan failed (exit {result.returncode}): {lines[-1] if lines else 'no message'}")
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+        return read_plan(out, result.returncode, result.stderr)
+
+
+def read_plan(out: Path, returncode: int, stderr: str) -> list[dict[str, Any]]:
+    """The operations the child wrote to `out`; a failure as one line (the child's last stderr line)."""
+    if returncode != 0 or not out.is_file():
+        lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+        how = f"exit {returncode}" if returncode >= 0 else f"killed by signal {-returncode}"
+        raise RuntimeError(f"compute plan failed ({how}): {lines[-1] if lines else 'no message'}")
+    document = json.loads(out.read_text(encoding="utf-8"))
+    if not isinstance(document, dict) or not isinstance(document.get("operations"), list):
+        raise RuntimeError("compute plan failed: the child wrote no operations")
+    return document["operations"]
 
 
 def placement_from_plan(ops: list[dict[str, Any]], compute_units: str, precision: str) -> Placement:
@@ -111,20 +123,24 @@ def _walk(plan: Any, block: Any) -> Any:  # pragma: no cover - macOS only
             yield from _walk(plan, nested)
 
 
-def _child(package: str, compute_units: str, workdir: str) -> None:  # pragma: no cover - macOS only
+def write_plan(model: str, compute_units: str, workdir: str, out: str) -> None:
+    """In the child: read the compute plan of `model` and write {"operations": [...]} to `out` (atomically)."""
     import coremltools as ct
     from coremltools.models.compute_plan import MLComputePlan
     from coremltools.models.utils import compile_model
 
-    compiled = compile_model(package, str(Path(workdir) / "model.mlmodelc"))
+    compiled = model if model.rstrip("/").endswith(".mlmodelc") else compile_model(
+        model, str(Path(workdir) / "model.mlmodelc"))
     plan = MLComputePlan.load_from_path(compiled, compute_units=getattr(ct.ComputeUnit, compute_units.upper()))
     program = plan.model_structure.program
     if program is None:
         raise SystemExit("not an ML program: compute plans of neural-network models are not read")
     function = program.functions.get("main") or next(iter(program.functions.values()))
-    for op in _walk(plan, function.block):
-        print(json.dumps(op), flush=True)
+    operations = list(_walk(plan, function.block))
+    partial = Path(f"{out}.partial")
+    partial.write_text(json.dumps({"operations": operations}), encoding="utf-8")
+    partial.replace(out)
 
 
 if __name__ == "__main__":  # pragma: no cover - the child process
-    _child(*sys.argv[1:4])
+    write_plan(*sys.argv[1:5])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mlbench.records import RunRecord
 from mlbench.report.program import render_program_markdown
+from mlbench.report.text import md_code
 
 
 def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
@@ -19,8 +20,8 @@ def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> lis
         if program is None:
             continue
         seen.add(record.artifact.key)
-        title = f"Program of `{record.artifact_id}` (artifact `{record.artifact.key[:12]}`)"
-        lines.append(render_program_markdown(ProgramAnalysis.model_validate(program), title=title, level=4))
+        heading = f"Program of {md_code(record.artifact_id)} (artifact {md_code(record.artifact.key[:12])})"
+        lines.append(render_program_markdown(ProgramAnalysis.model_validate(program), heading=heading, level=4))
     if lines:
         lines.insert(0, "Counts and sizes below are read from the saved package (measured); "
                         "MACs are estimated from operation shapes.\n")

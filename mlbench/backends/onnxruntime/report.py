@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
+from mlbench.report.text import md_cell, md_code
 
 OP_TIME_TOP = 10
 
@@ -21,21 +22,21 @@ def render_op_times(records: list[RunRecord], artifacts: dict[str, dict] | None 
         variant = "/".join([record.backend, *record.axes.values()])
         by_type, by_node = op_time.get("by_type", []), op_time.get("by_node", [])
         lines += [
-            f"<details><summary>Per-operator time of <code>{variant}</code>: {fmt_ms(op_time.get('total_ms'))} ms "
-            f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({op_time.get('method')})</summary>",
+            f"<details><summary>Per-operator time of <code>{md_cell(variant)}</code>: {fmt_ms(op_time.get('total_ms'))} ms "
+            f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({md_cell(op_time.get('method'))})</summary>",
             "",
             f"| Op type (top {min(top, len(by_type))} of {len(by_type)}) | Nodes | ms / run | Share | Providers |",
             "|---|---:|---:|---:|---|",
         ]
         for row in by_type[:top]:
-            providers = ", ".join(f"{p.removesuffix('ExecutionProvider')} ×{n}" for p, n in row["providers"].items())
-            lines.append(f"| {row['op_type']} | {row['nodes']} | {fmt_ms(row['time_ms'])} "
+            providers = md_cell(", ".join(f"{p.removesuffix('ExecutionProvider')} ×{n}" for p, n in row["providers"].items()))
+            lines.append(f"| {md_cell(row['op_type'])} | {row['nodes']} | {fmt_ms(row['time_ms'])} "
                          f"| {100 * row['share']:.1f}% | {providers} |")
         lines += ["", f"| Node (top {min(top, len(by_node))} of {len(by_node)}) | Op type | Provider | ms / run | Share |",
                   "|---|---|---|---:|---:|"]
         for row in by_node[:top]:
-            name = str(row["name"]).replace("|", "\\|")
-            lines.append(f"| `{name}` | {row['op_type']} | {str(row['provider']).removesuffix('ExecutionProvider')} "
+            provider = md_cell(str(row["provider"]).removesuffix("ExecutionProvider"))
+            lines.append(f"| {md_code(row['name'])} | {md_cell(row['op_type'])} | {provider} "
                          f"| {fmt_ms(row['time_ms'])} | {100 * row['share']:.1f}% |")
         lines += ["", "</details>", ""]
     return lines

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -34,36 +35,64 @@ SPEC_VERSION_OS = {
     10: "iOS26",
 }
 _BLOB_SENTINEL = 0xDEADBEEF
+MAX_SPEC_BYTES = 2**31 - 1  # protobuf reads no message over 2 GiB
+MAX_MANIFEST_BYTES = 1 << 20
+
+
+def _regular_file(file: Path, what: str, package: Path, limit: int) -> None:
+    """Refuse what is not a regular file (a FIFO would block the read, a device never end) or is too big
+    to read whole; checked with lstat, before any open."""
+    try:
+        st = file.lstat()
+    except OSError as exc:
+        raise UserError(f"cannot read the {what}: {exc.strerror or exc}", file=package) from None
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a symlink" if stat.S_ISLNK(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a regular file")
+        raise UserError(f"not a Core ML model: the {what} is {kind}", file=package)
+    if st.st_size > limit:
+        raise UserError(f"the {what} is {st.st_size:,} bytes; at most {limit:,} can be read", file=package)
 
 
 def load_spec(path: Path) -> tuple[Any, Path, Path | None]:
-    """Parse the spec. Returns (spec, spec file, package root or None for an .mlmodel)."""
+    """Parse the spec. Returns (spec, spec file, package root or None for an .mlmodel).
+
+    Reads only regular files inside the package, each checked for size before it is read."""
     if not path.exists():
         raise UserError("no such file or directory", file=path)
     if path.is_dir():
         manifest_path = path / "Manifest.json"
         if not manifest_path.is_file():
             raise UserError("not a Core ML model: no Manifest.json", file=path)
+        _regular_file(manifest_path, "Manifest.json", path, MAX_MANIFEST_BYTES)
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
             root_id = manifest["rootModelIdentifier"]
             entry = manifest["itemInfoEntries"][root_id]
             spec_file = path / "Data" / entry["path"]
+            if not isinstance(entry["path"], str):
+                raise TypeError
         except (ValueError, UnicodeDecodeError) as exc:
             raise UserError(f"corrupt Core ML package: Manifest.json is not valid JSON ({exc})", file=path) from None
         except (KeyError, TypeError):
             raise UserError(
                 "corrupt Core ML package: Manifest.json does not name the root model", file=path
             ) from None
-        if not spec_file.is_file():
+        data_dir = (path / "Data").resolve()
+        if not spec_file.resolve().is_relative_to(data_dir):
+            raise UserError(f"corrupt Core ML package: Manifest.json points outside the package "
+                            f"({entry['path']!r}); refused", file=path)
+        if not (spec_file.exists() or spec_file.is_symlink()):
             rel = spec_file.relative_to(path) if spec_file.is_relative_to(path) else spec_file
             raise UserError(f"corrupt Core ML package: the model spec {rel} is missing", file=path)
+        _regular_file(spec_file, "model spec", path, MAX_SPEC_BYTES)
         package_root: Path | None = path
     else:
         if path.suffix.lower() != ".mlmodel":
             raise UserError(
                 "not a Core ML model: expected an .mlpackage directory or an .mlmodel file", file=path
             )
+        _regular_file(path, "model file", path, MAX_SPEC_BYTES)
         spec_file = path
         package_root = None
 
@@ -164,8 +193,12 @@ class BlobReader:
         p = self.model_dir / rel
         key = str(p)
         if key not in self._handles:
-            if not p.is_file():
+            if not p.resolve().is_relative_to(self.model_dir.resolve()):
+                raise UserError(f"corrupt Core ML package: the weight file {rel!r} is outside the package; refused",
+                                file=self.origin)
+            if not (p.exists() or p.is_symlink()):
                 raise UserError(f"corrupt Core ML package: the weight file {rel} is missing", file=self.origin)
+            _regular_file(p, f"weight file {rel}", self.origin, 1 << 62)  # read by header, never whole
             self._handles[key] = (p.open("rb"), p.stat().st_size)
         fh, fsize = self._handles[key]
         if offset + 24 > fsize:
