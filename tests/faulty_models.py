@@ -52,3 +52,12 @@ class Faulty(torch.nn.Module):
         if self.calls > self.after:
             FAULTS[self.fault]()
         return self.linear(x)
+
+
+class ExitOnBuild(torch.nn.Module):
+    """Exits its process as soon as it is built (on any device): the export order's parameter count
+    runs it in a child, which dies, never the coordinator."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        os._exit(3)

@@ -64,3 +64,36 @@ def test_a_run_records_the_load_while_it_measured(write_pipeline, tiny_pipeline_
     assert load["window"] == "measurement" and load["source"] == "measured" and load["seconds"] > 0
     assert set(load) >= {"cores", "load_average_start", "load_average_end", "other_share", "steal_share"}
     assert load["other_share"] is None or 0.0 <= load["other_share"] <= 1.0
+
+
+def test_a_run_orders_its_exports_with_counts_taken_in_a_child(write_pipeline):
+    from mlbench.run.executors import LocalExecutor
+    from mlbench.run.runner import Runner
+
+    pipeline = load_pipeline(write_pipeline(PIPELINE))
+    runner = Runner(pipeline, jobs=2)
+    exports = [g[0] for g in Plan(runner.plan.variants).artifact_groups()]
+    executor = LocalExecutor(2)
+    try:
+        ordered = runner._order_exports(executor, exports)
+        assert [v.model for v in ordered] == ["broken", "broken", "large", "large", "small", "small"]
+        assert len(executor.pool.children) == 2  # started while the order was worked out, kept for the exports
+        assert all(c.process.poll() is None for c in executor.pool.children)
+    finally:
+        executor.close()
+
+
+def test_a_model_that_kills_its_process_when_counted_costs_only_the_order(write_pipeline):
+    from mlbench.run.executors import LocalExecutor
+    from mlbench.run.runner import Runner
+
+    text = PIPELINE.replace(f"{ROOT}/examples/no_such_file.py:Model", f"{ROOT}/tests/faulty_models.py:ExitOnBuild")
+    pipeline = load_pipeline(write_pipeline(text))
+    runner = Runner(pipeline, jobs=2)
+    exports = [g[0] for g in Plan(runner.plan.variants).artifact_groups()]
+    executor = LocalExecutor(2)
+    try:
+        assert executor.parameter_counts(runner.spec, {"small", "broken"}) == {}  # the counting child died
+        assert runner._order_exports(executor, exports) == exports  # nothing known: the plan's order
+    finally:
+        executor.close()
