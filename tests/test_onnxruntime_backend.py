@@ -109,7 +109,8 @@ def test_float32_cpu_is_measured_placed_profiled_and_verified(tiny_run):
     op_time = record.details["op_time"]
     assert op_time["runs"] == 10 and op_time["warmup_runs"] == 2
     by_type, by_node = op_time["by_type"], op_time["by_node"]
-    assert by_type[0]["op_type"] == "Conv" and by_type[0]["nodes"] == 3
+    # which type is slowest depends on the machine's load: the Conv row's node count does not
+    assert next(r for r in by_type if r["op_type"] == "Conv")["nodes"] == 3
     assert [r["time_ms"] for r in by_type] == sorted((r["time_ms"] for r in by_type), reverse=True)
     assert len(by_node) == placement.compute_ops
     assert sum(r["time_ms"] for r in by_node) == pytest.approx(op_time["total_ms"])
