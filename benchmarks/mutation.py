@@ -31,7 +31,10 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -169,10 +172,27 @@ def statuses(work: Path) -> dict[str, str]:
     return found
 
 
-def diff_of(work: Path, name: str) -> str:
-    out = subprocess.run([*mutmut_command(), "show", name], cwd=work, env=child_env(work), capture_output=True,
-                         text=True, check=True).stdout
-    return "\n".join(line for line in out.splitlines() if not line.startswith("# "))
+DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+print(json.dumps({name: get_diff_for_mutant(name) for name in json.load(sys.stdin)}))
+"""
+
+
+def diffs_of(work: Path, names: list[str]) -> dict[str, str]:
+    """Each mutant's diff: in one process through mutmut's own function, else one `mutmut show` per mutant."""
+    if not names:
+        return {}
+    done = subprocess.run([sys.executable, "-c", DIFFS], cwd=work, env=child_env(work), input=json.dumps(names),
+                          capture_output=True, text=True, check=False)
+    if done.returncode == 0:
+        return json.loads(done.stdout)
+    diffs = {}
+    for name in names:
+        out = subprocess.run([*mutmut_command(), "show", name], cwd=work, env=child_env(work), capture_output=True,
+                             text=True, check=True).stdout
+        diffs[name] = "\n".join(line for line in out.splitlines() if not line.startswith("# "))
+    return diffs
 
 
 def mutated_lines(diff: str) -> str:
@@ -211,7 +231,7 @@ def run_module(module: Module, settings: Settings, tests: list[str], keep: bool,
     if result.returncode != 0 or not found:
         tail = "\n".join((result.stdout + result.stderr).splitlines()[-30:])
         raise SystemExit(f"mutmut failed on module {module.name} (exit {result.returncode}):\n{tail}")
-    diffs = {name: diff_of(work, name) for name, status in found.items() if status not in DETECTED}
+    diffs = diffs_of(work, [name for name, status in found.items() if status not in DETECTED])
     return judge(module, found, diffs, seconds)
 
 

@@ -60,3 +60,49 @@ def test_identical_outputs_have_no_snr_and_vectors_no_top1():
     pair = ([("v", np.array([1.0, 2.0, 3.0]))], [np.array([1.0, 2.0, 3.0])])
     result = compare_samples([pair], tolerance=0.0, reference_name="ref")
     assert result.snr_db is None and result.top1_agreement is None and result.passed
+
+
+def test_a_flat_output_of_the_right_size_is_compared_in_the_reference_shape():
+    result = compare_outputs([("y", np.array([[1.0, 2.0], [3.0, 4.0]]))], [np.array([1.0, 2.0, 3.0, 5.0])],
+                             tolerance=0.5, reference_name="torch/cpu/float32")
+    (output,) = result.outputs
+    assert (output.name, output.shape, output.max_abs, output.max_rel) == ("y", [2, 2], 1.0, 0.25)
+    assert (result.reference, result.tolerance, result.passed, result.note) == ("torch/cpu/float32", 0.5, True, None)
+
+
+def test_an_error_exactly_at_the_tolerance_passes():
+    result = compare_outputs([("y", np.array([4.0]))], [np.array([5.0])], tolerance=0.25, reference_name="r")
+    assert result.max_rel == 0.25 and result.passed
+    assert not compare_outputs([("y", np.array([4.0]))], [np.array([5.01])], tolerance=0.25, reference_name="r").passed
+
+
+def test_the_scale_is_the_largest_magnitude_but_never_below_one():
+    result = compare_outputs([("half", np.array([0.5, -0.25])), ("two", np.array([-2.0, 1.0]))],
+                             [np.array([0.75, -0.25]), np.array([-2.0, 2.0])], tolerance=1.0, reference_name="r")
+    assert [(e.max_abs, e.max_rel) for e in result.outputs] == [(0.25, 0.25), (1.0, 0.5)]
+    assert (result.max_abs, result.max_rel) == (1.0, 0.5)
+
+
+def test_empty_outputs_count_as_no_error():
+    result = compare_outputs([("empty", np.zeros((0, 3))), ("y", np.full(2, 3.0))], [np.zeros((0, 3)), np.full(2, 3.0)],
+                             tolerance=1e-6, reference_name="r")
+    assert [(e.max_abs, e.max_rel, e.shape) for e in result.outputs] == [(0.0, 0.0, [0, 3]), (0.0, 0.0, [2])]
+    assert result.passed and result.note is None  # the largest value is over the non-empty outputs
+
+
+def test_the_uninformative_note_gives_the_largest_reference_value_and_its_bound():
+    tiny = compare_outputs([("a", np.array([1e-7])), ("b", np.array([-5e-7]))], [np.zeros(1), np.zeros(1)],
+                           tolerance=1e-4, reference_name="r")
+    assert tiny.note == ("the reference outputs are all ≈ 0 (largest |value| 5e-07): this check cannot tell a wrong "
+                         "export from a right one; random weights often do this (see examples/random_weights.py)")
+    at_bound = compare_outputs([("a", np.array([1e-6]))], [np.array([1e-6])], tolerance=1e-4, reference_name="r")
+    assert at_bound.note is None
+    none = compare_outputs([], [], tolerance=1e-4, reference_name="r")
+    assert (none.max_abs, none.max_rel, none.passed, none.outputs) == (0.0, 0.0, True, [])
+    assert none.note.startswith("the reference outputs are all ≈ 0 (largest |value| 0): ")
+
+
+def test_nan_anywhere_in_an_output_makes_it_infinitely_wrong():
+    result = compare_outputs([("y", np.array([1.0, 2.0, 3.0]))], [np.array([np.nan, 2.0, 30.0])], tolerance=1e9,
+                             reference_name="r")
+    assert result.outputs[0].max_abs == float("inf") and result.max_rel == float("inf") and not result.passed
