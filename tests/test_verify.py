@@ -106,3 +106,13 @@ def test_nan_anywhere_in_an_output_makes_it_infinitely_wrong():
     result = compare_outputs([("y", np.array([1.0, 2.0, 3.0]))], [np.array([np.nan, 2.0, 30.0])], tolerance=1e9,
                              reference_name="r")
     assert result.outputs[0].max_abs == float("inf") and result.max_rel == float("inf") and not result.passed
+
+
+def test_integer_and_half_precision_outputs_are_compared_without_wrapping_or_overflow():
+    """uint8 0 - 1 wraps to 255 and float16 65504 - (-65504) overflows to inf unless the difference is
+    taken in float64."""
+    result = compare_outputs([("mask", np.array([1, 200], dtype=np.uint8)), ("half", np.array([65504.0], np.float16))],
+                             [np.array([0, 200], dtype=np.uint8), np.array([-65504.0], np.float16)], tolerance=1.0,
+                             reference_name="r")
+    assert [e.max_abs for e in result.outputs] == [1.0, 131008.0]
+    assert [e.max_rel for e in result.outputs] == [1 / 200, 2.0]
