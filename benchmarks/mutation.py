@@ -31,12 +31,13 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
 try:
     import tomllib
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
-from dataclasses import dataclass, field
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = Path(__file__).with_name("mutation.toml")

@@ -100,7 +100,7 @@ def test_mutation_workflow_runs_weekly_on_the_configured_modules():
 
     workflow = load("mutation.yml")
     (cron,) = [entry["cron"] for entry in workflow["on"]["schedule"]]
-    minute, hour, day, month, weekday = cron.split()
+    _minute, _hour, day, month, weekday = cron.split()
     assert (day, month) == ("*", "*") and weekday.isdigit()  # once a week
     assert workflow["on"]["workflow_dispatch"]["inputs"]["module"]["default"] == "all"
     (job,) = workflow["jobs"].values()

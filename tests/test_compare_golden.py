@@ -22,7 +22,9 @@ RULES = ["latency.median:+10%", "placement.neural_engine:-5pp", "placement.switc
 
 
 def runs():
-    est = lambda v, unit="ratio": Metric.estimated(v, unit)
+    def est(value: float, unit: str = "ratio") -> Metric:
+        return Metric.estimated(value, unit)
+
     meas = Metric.measured
     base = run_of([
         rec("slow/coreml/all", TIGHT, placement__neural_engine=est(0.95), placement__switches=est(1, "count"),
