@@ -96,6 +96,14 @@ def test_lines_that_are_not_entries_are_skipped_and_counted(journal, line):
     assert contents.artifacts == {} and contents.skipped_lines == 1
 
 
+def test_every_skipped_line_is_counted(journal):
+    journal.start(HEADER)
+    with open(journal.path, "a", encoding="utf-8") as handle:
+        handle.write('{"surprise": 1}\n{"other": 2}\nnot json\n{"record": 3}\n')
+    journal.record(record("a/torch/cpu"))
+    assert journal.load().skipped_lines == 4
+
+
 def test_lines_before_the_header_are_skipped(journal):
     journal.path.parent.mkdir(parents=True)
     journal.path.write_text('{"record": {}}\n{"resumed": {}}\n{"run": {"run_id": "r"}}\n', encoding="utf-8")

@@ -28,6 +28,7 @@ def bench():
 def test_the_config_names_the_silent_modules_and_existing_fast_tests(bench):
     settings, modules = bench.load_config()
     assert settings.max_children == 1
+    assert modules["compare"].tests[:2] == ["tests/test_compare.py", "tests/test_compare_gate.py"]
     assert list(modules) == ["compare", "cache", "journal", "placement", "verify", "matrix"]
     assert [p for m in modules.values() for p in m.paths] == [
         "mlbench/compare/comparison.py", "mlbench/compare/noise.py", "mlbench/store/cache.py",
@@ -48,7 +49,7 @@ def test_each_module_gets_its_own_mutmut_table(bench):
     assert table == {
         "source_paths": ["mlbench"],
         "only_mutate": ["mlbench/compare/comparison.py", "mlbench/compare/noise.py"],
-        "pytest_add_cli_args_test_selection": ["tests/test_compare.py", "tests/test_compare_gate.py"],
+        "pytest_add_cli_args_test_selection": modules["compare"].tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not torch"],
         "also_copy": ["examples", "pipelines", "schemas"],
         "timeout_multiplier": settings.timeout_multiplier,

@@ -172,6 +172,23 @@ def test_under_all_eligible_operations_name_the_cpu_fallback_rule():
         "the GPU under ALL instead. Rules that decided: all-prefers-cpu-fallback (low). " + ESTIMATE_CAVEAT)
 
 
+def test_a_program_the_neural_engine_takes_whole_names_no_rule():
+    placement = estimate_placement(program(convs(6)), "cpu_and_ne")
+    assert placed(placement) == [(op.op_type, "neural_engine", None) for op in placement.ops]
+    assert placement.rules == {} and placement.confidence is None
+    assert placement.note == f"Every compute operation is eligible for the Neural Engine. {ESTIMATE_CAVEAT}"
+    assert (placement.source, placement.method) == ("estimated", "mlbench rules (placement_rules.yaml)")
+
+
+@pytest.mark.parametrize("kinds, tail", [(6, "."), (7, "; and 1 more kinds.")])
+def test_the_off_engine_summary_counts_kinds_past_six(kinds, tail):
+    blocked = ["lstm", "gru", "rnn", "scatter", "scatter_nd", "topk", "band_part"][:kinds]
+    ops = [layer(t, i) for i, t in enumerate(blocked)] + convs(4)
+    note = estimate_placement(program(ops), "cpu_and_ne").note
+    summary = note.split("compute operations stay off the Neural Engine: ")[1].split(" Rules that decided")[0]
+    assert summary.count("×1") == 6 and summary.endswith(f"(topk leaves the Neural Engine){tail}")
+
+
 def test_an_unknown_precision_places_by_operation_type_and_says_so():
     placement = estimate_placement(program([*convs(5), layer("lstm", 5)], "UNKNOWN"), "cpu_and_ne")
     assert placement.note == (
@@ -268,6 +285,9 @@ def test_fractions_list_known_devices_first_and_weigh_by_cost():
 def test_summarise_keeps_cost_shares_only_with_a_cost_basis():
     ops = [OpPlacement(name="a", op_type="x", device="cpu", cost=0.25),
            OpPlacement(name="b", op_type="x", device=None, cost=0.75)]
+    weighed = summarise([*ops, OpPlacement(name="c", op_type="x", device="gpu", cost=0.75)], source="measured",
+                        method="m", preferred="cpu", constants=0, note=None, cost_basis="estimated_cost")
+    assert weighed.by_cost == {"gpu": 0.75, "cpu": 0.25} and weighed.by_count == {"gpu": 0.5, "cpu": 0.5}
     with_cost = summarise(ops, source="measured", method="m", preferred="cpu", constants=2, note=None,
                           cost_basis="estimated_cost")
     assert (with_cost.by_cost, with_cost.cost_basis, with_cost.unknown, with_cost.compute_ops) == (

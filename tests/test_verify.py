@@ -116,3 +116,10 @@ def test_integer_and_half_precision_outputs_are_compared_without_wrapping_or_ove
                              reference_name="r")
     assert [e.max_abs for e in result.outputs] == [1.0, 131008.0]
     assert [e.max_rel for e in result.outputs] == [1 / 200, 2.0]
+
+
+def test_the_scale_of_a_signed_integer_output_includes_its_most_negative_value():
+    """abs() of int8 -128 is -128 in int8: the scale must be taken in float64."""
+    result = compare_outputs([("q", np.array([-128, 0], dtype=np.int8))], [np.array([-128, 64], dtype=np.int8)],
+                             tolerance=1.0, reference_name="r")
+    assert (result.outputs[0].max_abs, result.outputs[0].max_rel) == (64.0, 0.5)
