@@ -13,7 +13,9 @@ Usage:
 Prints, per module, the mutants planted, killed, surviving and known to be equivalent, the mutation
 score (killed / (planted - equivalent)), and every surviving mutant as a diff with its name (show or
 apply one with `mutmut show NAME` / `mutmut apply NAME` in .mutation/<module>/). Equivalent mutants
-(the code behaves the same with the change) are listed in benchmarks/mutation.toml with a reason each.
+(the code behaves the same with the change) and untestable ones (a change this suite cannot arrange,
+such as Windows-only paths; they still count against the score) are listed in benchmarks/mutation.toml
+with a reason each.
 Exits 1 when a mutant survives that the config does not explain.
 
 Each module runs in its own folder, .mutation/<module>/, where mutmut copies the code to mutants/ and
@@ -47,9 +49,13 @@ DETECTED = ("killed", "timeout", "segfault", "caught by type check")
 
 @dataclass(frozen=True)
 class Equivalent:
+    """A surviving mutant the config explains: `equivalent` (no input can tell it from the code) or
+    `untestable` (it changes behaviour this suite cannot arrange, e.g. on Windows only)."""
+
     function: str  # mutmut's name for the function, without `__mutmut_N`
     change: str    # the mutated line(s), stripped, joined with " / "
     reason: str
+    kind: str = "equivalent"
 
 
 @dataclass
@@ -87,8 +93,13 @@ class Outcome:
         return sum(status in DETECTED for status in self.statuses.values())
 
     @property
+    def equivalents(self) -> int:
+        return sum(e.kind == "equivalent" for e in self.equivalent.values())
+
+    @property
     def score(self) -> float | None:
-        judged = self.planted - len(self.equivalent)
+        """Killed / (planted - equivalent): an untestable mutant counts against the score."""
+        judged = self.planted - self.equivalents
         return self.detected / judged if judged else None
 
 
@@ -241,15 +252,17 @@ def report(outcome: Outcome) -> str:
     for status in outcome.statuses.values():
         counts[status] = counts.get(status, 0) + 1
     score = f"{100 * outcome.score:.1f}%" if outcome.score is not None else "n/a"
+    untestable = len(outcome.equivalent) - outcome.equivalents
     lines = [f"## {outcome.module}: mutation score {score} "
-             f"({outcome.detected} killed of {outcome.planted} planted, {len(outcome.equivalent)} equivalent, "
-             f"{len(outcome.survivors)} surviving; {outcome.seconds:.0f} s)",
+             f"({outcome.detected} killed of {outcome.planted} planted, {outcome.equivalents} equivalent, "
+             + (f"{untestable} untestable here, " if untestable else "")
+             + f"{len(outcome.survivors)} surviving; {outcome.seconds:.0f} s)",
              "   " + ", ".join(f"{status} {n}" for status, n in sorted(counts.items()))]
     for name, diff in sorted(outcome.survivors.items()):
         lines += ["", f"surviving ({outcome.statuses[name]}): {name}", diff]
     if outcome.equivalent:
-        lines += ["", "equivalent (benchmarks/mutation.toml):"]
-        lines += [f"  {name}: {e.change}  -- {e.reason}" for name, e in sorted(outcome.equivalent.items())]
+        lines += ["", "explained in benchmarks/mutation.toml:"]
+        lines += [f"  {e.kind}: {name}: {e.change}  -- {e.reason}" for name, e in sorted(outcome.equivalent.items())]
     for entry in outcome.stale:
         lines.append(f"stale equivalent entry (no such surviving mutant now): {entry.function}: {entry.change}")
     return "\n".join(lines)
@@ -283,8 +296,9 @@ def main(argv: list[str] | None = None) -> int:
         unexplained += len(outcome.survivors)
         score = f"{100 * outcome.score:5.1f}%" if outcome.score is not None else "  n/a"
         summary.append(f"{module.name:<10} {score}  killed {outcome.detected:>4} / {outcome.planted:<4} "
-                       f"equivalent {len(outcome.equivalent):>3}  surviving {len(outcome.survivors):>3}")
-    print("module     score   killed / planted  equivalent  surviving")
+                       f"equivalent {outcome.equivalents:>3}  untestable {len(outcome.equivalent) - outcome.equivalents:>3}"
+                       f"  surviving {len(outcome.survivors):>3}")
+    print("module     score   killed / planted  equivalent  untestable  surviving")
     print("\n".join(summary))
     return 1 if unexplained else 0
 

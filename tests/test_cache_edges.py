@@ -9,6 +9,9 @@ import enum
 import json
 import logging
 import os
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -96,8 +99,33 @@ def test_artifact_names_that_could_escape_the_entry_are_refused(tmp_path, name):
 
 def test_a_builder_that_returns_something_else_is_named(tmp_path):
     with pytest.raises(TypeError) as info:
-        ArtifactCache(tmp_path).get_or_build(key_for("t"), INPUTS, lambda tmp: None)
-    assert str(info.value) == "builder returned NoneType, not BuildResult"
+        ArtifactCache(tmp_path).get_or_build(key_for("t"), INPUTS, lambda tmp: "model.onnx")
+    assert str(info.value) == "builder returned str, not BuildResult"
+
+
+def test_non_ascii_facts_are_written_and_read_back_as_utf8_under_an_ascii_locale(tmp_path):
+    """meta.json keeps labels as UTF-8 text; a machine whose locale is ASCII (LC_ALL=C without Python's
+    UTF-8 mode) must still read its own cache rather than call every entry corrupt."""
+    code = textwrap.dedent(f"""
+        import locale
+        from pathlib import Path
+        from mlbench.store.cache import ArtifactCache, BuildResult
+        from mlbench.store.hashing import artifact_key
+
+        def build(tmp):
+            (tmp / "model.onnx").write_bytes(b"x")
+            return BuildResult("model.onnx", {{"label": "r\\u00e9sum\\u00e9/float16"}})
+
+        cache, key = ArtifactCache(Path({str(tmp_path)!r})), artifact_key({{"n": 1}})
+        cache.get_or_build(key, {{"n": 1}}, build)
+        entry = cache.lookup(key)
+        print(locale.getpreferredencoding(False), entry is not None and entry.meta["label"] == "r\\u00e9sum\\u00e9/float16")
+    """)
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
+           "PYTHONIOENCODING": "utf-8"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, encoding="utf-8")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == "ANSI_X3.4-1968 True\n"
 
 
 def test_the_build_runs_in_a_named_folder_under_the_caches_tmp_even_before_the_cache_exists(tmp_path):
@@ -120,14 +148,16 @@ def test_the_build_runs_in_a_named_folder_under_the_caches_tmp_even_before_the_c
 
 
 def test_stray_files_and_folders_in_the_cache_are_not_entries(tmp_path):
+    import shutil
+
     cache = ArtifactCache(tmp_path)
     entry = built(cache, "s")
     (tmp_path / "ab").write_text("a file named like a shard")
     (tmp_path / "zz").mkdir()
-    (tmp_path / "zz" / entry.key).mkdir()                          # a key under a folder that is no shard
+    shutil.copytree(entry.path, tmp_path / "zz" / entry.key)       # a whole entry under a folder that is no shard
     other_shard = "00" if entry.key[:2] != "00" else "01"
     (tmp_path / other_shard).mkdir()
-    (tmp_path / other_shard / entry.key).mkdir()                   # a key in the wrong shard
+    shutil.copytree(entry.path, tmp_path / other_shard / entry.key)  # a whole entry in the wrong shard
     (tmp_path / entry.key[:2] / "notakey").mkdir()                 # a folder that is no key
     (tmp_path / entry.key[:2] / ("f" * 64)).write_text("a file named like a key")
     assert [e.key for e in cache.entries()] == [entry.key]
@@ -340,3 +370,81 @@ def test_special_files_are_refused_with_their_place(tmp_path):
         sha256_tree(tmp_path / "missing")
     assert str(info.value) == f"sha256_tree: {tmp_path / 'missing'} is not a directory"
 
+
+
+# -- deletes that fail ---------------------------------------------------------------------------------
+
+
+class FailingRmtree:
+    """shutil.rmtree on a disk where deleting fails (permissions, another process in the way): nothing
+    is deleted, and the error is raised unless the caller asked to ignore errors."""
+
+    def __init__(self) -> None:
+        self.paths: list[Path] = []
+
+    def __call__(self, path, ignore_errors: bool = False, **_: object) -> None:
+        self.paths.append(Path(path))
+        if not ignore_errors:
+            raise PermissionError(13, "Permission denied", str(path))
+
+
+def test_a_delete_that_fails_never_breaks_a_lookup_a_failed_build_or_a_cleanup(tmp_path, monkeypatch):
+    cache = ArtifactCache(tmp_path)
+    corrupt = built(cache, "del")
+    (corrupt.path / "meta.json").write_text("{")
+    rmtree = FailingRmtree()
+    monkeypatch.setattr(cache_module.shutil, "rmtree", rmtree)
+    assert cache.lookup(corrupt.key) is None and not corrupt.path.exists()  # taken out of service all the same
+
+    def boom(tmp: Path) -> BuildResult:
+        raise RuntimeError("conversion failed")
+
+    with pytest.raises(RuntimeError) as info:
+        cache.get_or_build(key_for("boom"), INPUTS, boom)
+    assert str(info.value) == "conversion failed"  # the build's own error, not the failed cleanup's
+    cache.clear()
+    # the trash, the failed build's folder, then the trash again (the build folder is too fresh to be stale)
+    assert [p.parent.name for p in rmtree.paths] == ["tmp", "tmp", "tmp"]
+
+
+def test_a_lost_race_adopts_the_winner_even_when_its_own_folder_cannot_be_deleted(tmp_path, monkeypatch):
+    cache = ArtifactCache(tmp_path)
+    key = key_for("race")
+
+    def loser(tmp: Path) -> BuildResult:
+        cache.get_or_build(key, INPUTS, FileBuilder(b"winner"))
+        (tmp / "model.onnx").write_bytes(b"loser")
+        return BuildResult("model.onnx")
+
+    monkeypatch.setattr(cache_module.shutil, "rmtree", FailingRmtree())
+    entry, hit = cache.get_or_build(key, INPUTS, loser)
+    assert not hit and entry.artifact_path.read_bytes() == b"winner"
+
+
+def test_an_entry_that_cannot_be_moved_aside_is_deleted_in_place(tmp_path, monkeypatch):
+    cache = ArtifactCache(tmp_path)
+    entry, stuck = built(cache, "inplace"), built(cache, "stuck")
+    for broken in (entry, stuck):
+        (broken.path / "meta.json").write_text("{")
+
+    def rename(src, dst):
+        raise PermissionError(13, "Permission denied", str(dst))
+
+    monkeypatch.setattr(cache_module.os, "rename", rename)
+    assert cache.lookup(entry.key) is None and not entry.path.exists()
+    monkeypatch.setattr(cache_module.shutil, "rmtree", FailingRmtree())  # moving and deleting both fail:
+    assert cache.lookup(stuck.key) is None                              # the lookup still answers, a miss
+
+
+def test_a_stale_file_that_vanishes_before_it_is_deleted_is_no_error(tmp_path, monkeypatch):
+    cache = ArtifactCache(tmp_path)
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "tmp" / "leftover").write_bytes(b"x")
+
+    def gone_after_looking(path: Path) -> float:
+        path.unlink()  # another process cleans it up between the look and the delete
+        return 1.0
+
+    monkeypatch.setattr(cache_module, "_tree_mtime", gone_after_looking)
+    cache.prune(10**9)
+    assert list((tmp_path / "tmp").iterdir()) == []

@@ -38,6 +38,7 @@ def test_the_config_names_the_silent_modules_and_existing_fast_tests(bench):
         assert all((ROOT / test.split("::")[0]).is_file() for test in module.tests), module.name
         for entry in module.equivalent:
             assert entry.reason.strip() and "\n" not in entry.reason, entry
+            assert entry.kind in ("equivalent", "untestable"), entry
             assert entry.function.startswith(".".join(module.paths[0].split("/")[:-1])), entry
     assert all((ROOT / name).is_dir() for name in settings.also_copy)
 
@@ -94,9 +95,15 @@ def test_survivors_are_equivalent_only_when_the_config_explains_that_very_change
         "   killed 1, no tests 1, survived 2, timeout 1"]
     assert "surviving (survived): mlbench.run.journal.xǁJournalǁresumed__mutmut_2\n" + DIFF.replace(
         "XXresumedXX", "RESUMED") in text
-    assert ("  mlbench.run.journal.xǁJournalǁresumed__mutmut_1: self._append({\"XXresumedXX\": info})  -- a marker "
-            "nobody reads") in text
+    assert ("  equivalent: mlbench.run.journal.xǁJournalǁresumed__mutmut_1: self._append({\"XXresumedXX\": info})  -- "
+            "a marker nobody reads") in text
     assert text.endswith("stale equivalent entry (no such surviving mutant now): mlbench.run.journal.xǁJournalǁload: pass")
+    untestable = bench.Equivalent(function=equivalent.function, change=equivalent.change, reason="Windows only",
+                                  kind="untestable")
+    outcome = bench.judge(bench.Module(name="journal", paths=[], tests=[], equivalent=[untestable]), found, diffs, 1.0)
+    assert (outcome.equivalents, outcome.score) == (0, 0.4)  # untestable mutants count against the score
+    assert bench.report(outcome).splitlines()[0] == (
+        "## journal: mutation score 40.0% (2 killed of 5 planted, 0 equivalent, 1 untestable here, 2 surviving; 1 s)")
 
 
 def test_an_unknown_module_is_refused(bench, capsys):
