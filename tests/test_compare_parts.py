@@ -99,9 +99,16 @@ def test_rules_describe_themselves_in_words(text, words):
 def test_rules_split_at_the_first_colon_and_need_all_their_parts():
     rule = parse_rule("status:failed")
     assert (rule.metric, rule.kind, rule.status) == ("status", "status", "failed")
-    for text in ("latency.median:+10%:", "status::failed"):
-        with pytest.raises(RuleError):
+    for text, message in (
+            ("latency.median:+10%:", "rule 'latency.median:+10%:': threshold '+10%:' is not +N%, -N%, +Npp, -Npp, +N, "
+                                     "-N, >N or <N"),
+            ("status::failed", "rule 'status::failed': status can be failed, skipped, gone, not ':failed'; did you "
+                               "mean 'failed'?"),
+            ("placement.gpu:-100.5pp", "rule 'placement.gpu:-100.5pp': a fraction cannot move by more than 100 "
+                                       "percentage points")):
+        with pytest.raises(RuleError) as info:
             parse_rule(text)
+        assert str(info.value) == message
     assert parse_rule("placement.gpu:-100pp").threshold == 100.0  # a whole fraction is the most it can move
     with pytest.raises(RuleError) as info:
         parse_rule("status")
@@ -229,3 +236,40 @@ def test_the_bootstrap_interval_is_seeded_and_follows_the_statistic():
     wide = ratio_interval(base, head, "median", alpha=0.5)
     assert low <= wide[0] <= wide[1] <= high  # a 50% interval lies inside the 99% one
     assert wide != (low, high)
+
+
+def test_a_p90_rule_is_guarded_by_the_interval_of_the_p90_and_compare_passes_its_alpha():
+    base_samples = [10.0 + 0.01 * i for i in range(21)]
+    head_samples = [x * 1.3 for x in base_samples]
+
+    def with_p90(samples):
+        record = rec("m/torch/cpu", samples)
+        record.metrics["latency.p90"] = Metric.measured(sorted(samples)[18], "ms")
+        return record
+
+    result = compare(run_of([with_p90(base_samples)], "b"), run_of([with_p90(head_samples)], "h"),
+                     parse_rules(["latency.p90:+10%"]), alpha=0.05)
+    (variant,) = result.variants
+    (finding,) = variant.findings
+    assert (finding.rule, finding.message) == ("latency.p90:+10%", "10.18 ms → 13.23 ms (+30.0%)")
+    assert finding.noise == ("Mann–Whitney U (two-sided, normal approximation): p=3.1e-08 (beyond noise, α=0.05, "
+                             "n=21/21); 95% interval of the change +29.5% to +30.5%")
+    assert result.alpha == 0.05 and result.base.label == "base" and result.head.label == "head"
+
+
+def test_intervals_of_sub_millisecond_and_zero_timings():
+    fast = [0.05 + 0.001 * i for i in range(20)]  # a tiny model: every sample well under 1 ms
+    low, high = ratio_interval(fast, [x * 2 for x in fast])
+    assert 1.5 < low <= 2.0 <= high < 2.5
+    with_zeros = [0.0] * 8 + [1.0] * 12  # a timer that rounds to zero: some resampled medians are 0
+    low, high = ratio_interval(with_zeros, [1.0] * 20)
+    assert (low, high) == (1.0, 2.0)  # resamples whose base median is 0 give no ratio and are left out
+    assert ratio_interval([1.0] * 5, [2.0] * 5) == (2.0, 2.0)  # five samples are enough
+    assert ratio_interval([1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0]) == ratio_interval(
+        [1.0, 2.0, 3.0, 4.0, 5.0], [2.0, 4.0, 6.0, 8.0, 10.0], "median")  # the median is the default
+
+
+def test_the_p90_is_the_90th_percentile_of_each_resample():
+    """Nine samples of 1 ms and one of 11 ms: a resample holding the 11 once has a p90 of exactly 2 ms (numpy's
+    linear interpolation at 8.1 of 9), and such resamples fill the middle of the distribution."""
+    assert ratio_interval([1.0] * 9 + [11.0], [1.0] * 10, "p90", alpha=0.9) == pytest.approx((0.5, 0.5), abs=1e-12)
