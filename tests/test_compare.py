@@ -10,6 +10,7 @@ import pytest
 from mlbench.cli.main import main
 from mlbench.compare.comparison import Comparison, RuleError, compare, parse_rule, parse_rules
 from mlbench.compare.noise import mann_whitney_u
+from mlbench.metrics import known_names
 from mlbench.records import Latency, Metric, RunRecord, RunReport
 from mlbench.report.compare_markdown import render_comparison_markdown
 from tests.test_report import report as make_report
@@ -39,10 +40,11 @@ EXAMPLES = "(e.g. latency.median:+10%, placement.neural_engine:-5pp, verify.max_
     ("latency.median", f"rule 'latency.median' is not METRIC:THRESHOLD {EXAMPLES}"),
     ("latency.median:", f"rule 'latency.median:' is not METRIC:THRESHOLD {EXAMPLES}"),
     (":+10%", f"rule ':+10%' is not METRIC:THRESHOLD {EXAMPLES}"),
-    ("latency.medain:+10%", "rule 'latency.medain:+10%': unknown metric 'latency.medain'; did you mean 'latency.median'?"),
+    ("latency.medain:+10%", "rule 'latency.medain:+10%': unknown metric 'latency.medain'; did you mean 'latency.median'? "
+                            f"(known: {', '.join(known_names())})"),
     ("latency.median:10%", "rule 'latency.median:10%': threshold '10%' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N"),
     ("latency.median:+10pp", "rule 'latency.median:+10pp': percentage points apply to fractions (placement.neural_engine, "
-                             "placement.gpu, placement.cpu); use % for latency.median"),
+                             "placement.gpu, placement.cpu, verify.top1_agreement); use % for latency.median"),
     ("verify.max_rel:>1%", "rule 'verify.max_rel:>1%': a limit (>N) is a plain number in the metric's unit, without %"),
     ("placement.gpu:<5pp", "rule 'placement.gpu:<5pp': a limit (<N) is a plain number in the metric's unit, without pp"),
     ("status:faild", "rule 'status:faild': status can be failed, skipped, gone, not 'faild'; did you mean 'failed'?"),

@@ -20,6 +20,7 @@ from mlbench.compare.comparison import (
     parse_rules,
 )
 from mlbench.compare.noise import NoiseTest, mann_whitney_u, ratio_interval
+from mlbench.metrics import known_names
 from mlbench.records import Metric
 from tests.test_compare import rec, run_of
 
@@ -115,7 +116,8 @@ def test_rules_split_at_the_first_colon_and_need_all_their_parts():
     assert str(info.value).startswith("rule 'status' is not METRIC:THRESHOLD")
     with pytest.raises(RuleError) as info:
         parse_rule("statsu:+1")
-    assert str(info.value) == "rule 'statsu:+1': unknown metric 'statsu'; did you mean 'status'?"
+    assert str(info.value) == (f"rule 'statsu:+1': unknown metric 'statsu'; did you mean 'status'? (known: "
+                               f"{', '.join(known_names())})")
 
 
 def test_the_default_gate_is_latency_then_the_backends_rules_then_status():
