@@ -121,6 +121,14 @@ def test_non_ascii_facts_are_written_and_read_back_as_utf8_under_an_ascii_locale
         entry = cache.lookup(key)
         print(locale.getpreferredencoding(False), entry is not None and entry.meta["label"] == "r\\u00e9sum\\u00e9/float16")
     """)
+    def build(tmp: Path) -> BuildResult:
+        (tmp / "model.onnx").write_bytes(b"x")
+        return BuildResult("model.onnx", {"label": "résumé/float16"})
+
+    here = ArtifactCache(tmp_path / "here")  # this process (UTF-8 locale) round-trips the label too
+    entry, _ = here.get_or_build(key_for("label"), INPUTS, build)
+    assert "résumé" in (entry.path / "meta.json").read_bytes().decode("utf-8")
+    assert here.lookup(entry.key).meta["label"] == "résumé/float16"
     env = {**os.environ, "LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0",
            "PYTHONIOENCODING": "utf-8"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, encoding="utf-8")
