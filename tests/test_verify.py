@@ -123,3 +123,48 @@ def test_the_scale_of_a_signed_integer_output_includes_its_most_negative_value()
     result = compare_outputs([("q", np.array([-128, 0], dtype=np.int8))], [np.array([-128, 64], dtype=np.int8)],
                              tolerance=1.0, reference_name="r")
     assert (result.outputs[0].max_abs, result.outputs[0].max_rel) == (64.0, 0.5)
+
+
+def test_snr_of_integer_outputs_is_taken_in_float64():
+    result = compare_samples([([("mask", np.array([200, 0], dtype=np.uint8))], [np.array([100, 0], dtype=np.uint8)])],
+                             tolerance=1.0, reference_name="r")
+    assert result.snr_db == pytest.approx(10 * np.log10(200**2 / 100**2))  # uint8 would wrap 200² to 64
+
+
+def test_snr_of_a_broken_or_silent_output_is_minus_infinity_and_of_a_small_one_finite():
+    nan = compare_samples([([("y", np.ones(2))], [np.array([1.0, np.nan])])], tolerance=1.0, reference_name="r")
+    assert nan.snr_db == float("-inf")
+    silent = compare_samples([([("y", np.zeros(2))], [np.array([0.0, 0.1])])], tolerance=1.0, reference_name="r")
+    assert silent.snr_db == float("-inf")  # no signal at all, only noise
+    small = compare_samples([([("y", np.array([0.5, 0.0]))], [np.array([0.4, 0.0])])], tolerance=1.0,
+                            reference_name="r")
+    assert small.snr_db == pytest.approx(10 * np.log10(0.25 / 0.01))
+
+
+def test_top1_reads_rows_of_class_scores_of_any_batch_and_any_number_of_classes():
+    def top1(reference: np.ndarray, actual: np.ndarray) -> float | None:
+        return compare_samples([([("p", reference)], [actual])], tolerance=10.0, reference_name="r").top1_agreement
+
+    rows = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1]])
+    assert top1(rows, rows.ravel()) == 1.0  # a flat output is read in the reference's shape, row by row
+    assert top1(rows[:1], rows[:1]) == 1.0  # a batch of one
+    assert top1(np.array([[0.2, 0.8], [0.7, 0.3]]), np.array([[0.1, 0.9], [0.4, 0.6]])) == 0.5  # two classes
+    assert top1(np.array([[1.0], [2.0]]), np.array([[1.0], [2.0]])) is None  # one class: no arg-max to agree on
+    assert top1(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])) is None  # not rows of scores
+
+
+def test_top1_is_the_worst_outputs_mean_over_samples():
+    scores = np.array([[1.0, 0.0], [0.0, 1.0]])
+    swapped = scores[:, ::-1]
+    pairs = [([("a", scores), ("b", scores)], [scores, swapped]),   # a agrees, b does not
+             ([("a", scores), ("b", scores)], [scores, scores])]    # both agree
+    result = compare_samples(pairs, tolerance=10.0, reference_name="r")
+    assert result.top1_agreement == 0.5  # b: (0 + 1) / 2; a: 1 — per output, not pooled (0.75)
+    assert (result.source, result.samples, result.method) == ("measured", 2, None)
+
+
+def test_the_note_of_an_uninformative_sample_survives_a_worse_informative_one():
+    quiet = ([("y", np.zeros(2))], [np.full(2, 1e-9)])      # degenerate reference, tiny error
+    loud = ([("y", np.ones(2))], [np.array([1.0, 1.5])])   # informative, the worst error
+    result = compare_samples([quiet, loud], tolerance=1.0, reference_name="r")
+    assert result.max_rel == 0.5 and result.note.startswith("the reference outputs are all ≈ 0")
