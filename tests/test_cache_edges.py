@@ -261,7 +261,7 @@ def test_a_tmp_entry_that_vanishes_while_cleaning_does_not_stop_the_rest(tmp_pat
     for name in ("build-1", "build-2", "build-3"):
         (tmp_path / "tmp" / name).mkdir(parents=True)
         os.utime(tmp_path / "tmp" / name, (1.0, 1.0))
-    real, seen = cache_module._tree_mtime, []
+    real, seen = cache_module.tree_mtime, []
 
     def vanishing(path: Path) -> float:
         if not seen:  # the first one the cleaner looks at is gone by the time it looks
@@ -269,7 +269,7 @@ def test_a_tmp_entry_that_vanishes_while_cleaning_does_not_stop_the_rest(tmp_pat
             raise FileNotFoundError(path)
         return real(path)
 
-    monkeypatch.setattr(cache_module, "_tree_mtime", vanishing)
+    monkeypatch.setattr(cache_module, "tree_mtime", vanishing)
     cache.clear()
     assert [p.name for p in (tmp_path / "tmp").iterdir()] == [seen[0].name]
 
@@ -453,6 +453,6 @@ def test_a_stale_file_that_vanishes_before_it_is_deleted_is_no_error(tmp_path, m
         path.unlink()  # another process cleans it up between the look and the delete
         return 1.0
 
-    monkeypatch.setattr(cache_module, "_tree_mtime", gone_after_looking)
+    monkeypatch.setattr(cache_module, "tree_mtime", gone_after_looking)
     cache.prune(10**9)
     assert list((tmp_path / "tmp").iterdir()) == []

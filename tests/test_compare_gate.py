@@ -126,7 +126,7 @@ def test_a_lower_limit_applies_to_a_new_variant_and_only_to_figures_it_has():
     result = compare(base, head, parse_rules(["placement.neural_engine:<0.5", "latency.median:+10%"]))
     by_id = {v.variant_id: v for v in result.variants}
     assert [(f.rule, f.message) for f in by_id["low/coreml/all"].findings] == [
-        ("placement.neural_engine:<0.5", "– → ~20.0% (not comparable); base: not reported")]
+        ("placement.neural_engine:<0.5", "– → ≈20.0% (not comparable); base: not reported")]
     assert by_id["none/coreml/all"].group == "new" and by_id["none/coreml/all"].findings == []
     assert by_id["other/coreml/all"].group == "new"
 

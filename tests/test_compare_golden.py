@@ -58,8 +58,8 @@ def test_a_comparison_of_every_kind_of_change_matches_the_golden_file():
     findings = {v.variant_id: [(f.rule, f.kind, f.message) for f in v.findings] for v in result.variants}
     assert findings == {
         "slow/coreml/all": [("latency.median:+10%", "regression", "10.10 ms → 12.12 ms (+20.0%)"),
-                            ("placement.neural_engine:-5pp", "regression", "~95.0% → ~80.0% (-15.0 pp)"),
-                            ("placement.switches:+2", "regression", "~1 → ~4 (×4)"),
+                            ("placement.neural_engine:-5pp", "regression", "≈95.0% → ≈80.0% (-15.0 pp)"),
+                            ("placement.switches:+2", "regression", "≈1 → ≈4 (×4)"),
                             ("verify.max_rel:>1e-2", "regression", "0.001 → 0.05 (×50)")],
         "fast/torch/cpu": [("latency.median:+10%", "improvement", "10.10 ms → 5.05 ms (-50.0%)"),
                            ("verify.max_rel:>1e-2", "improvement", "0.5 → 0.001 (×0.002)")],

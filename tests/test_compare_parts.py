@@ -167,8 +167,8 @@ def test_a_speedup_counts_when_its_whole_interval_lies_past_the_threshold():
 
 
 @pytest.mark.parametrize("n_base, n_head, ties", [
-    (5, 5, False), (7, 6, False), (5, 7, False),  # exact: both smaller than 8, no ties
-    (6, 5, True),                                  # a tie: the normal approximation, as scipy chooses too
+    (5, 5, False), (7, 6, False), (8, 30, False), (30, 8, False),  # exact: one side at most 8, no ties
+    (6, 5, True),                                                   # a tie: the normal approximation
     (9, 9, False), (30, 25, False), (20, 20, True),
 ])
 def test_mann_whitney_agrees_with_scipy_where_both_choose_the_same_method(n_base, n_head, ties):
@@ -181,17 +181,15 @@ def test_mann_whitney_agrees_with_scipy_where_both_choose_the_same_method(n_base
     ours = mann_whitney_u(base, head)
     theirs = scipy_stats.mannwhitneyu(head, base, alternative="two-sided", method="auto")
     assert (ours.u, ours.p_value) == (pytest.approx(theirs.statistic), pytest.approx(theirs.pvalue, rel=1e-9))
-    exact = n_base < 8 and n_head < 8 and not ties
+    exact = min(n_base, n_head) <= 8 and not ties
     assert ours.test == f"Mann–Whitney U (two-sided, {'exact' if exact else 'normal approximation'})"
     assert (ours.n_base, ours.n_head, ours.alpha) == (n_base, n_head, 0.01)
 
 
-def test_mann_whitney_uses_the_normal_approximation_from_8_samples_on_either_side():
-    """Unlike scipy's 'auto' (exact while either side has at most 8): the exact distribution is counted
-    recursively here, which grows too fast for a large sample beside a small one."""
-    for sizes in ((8, 5), (5, 8)):
+def test_mann_whitney_counts_exactly_while_one_side_has_at_most_8_samples():
+    for sizes, method in (((8, 40), "exact"), ((40, 8), "exact"), ((9, 40), "normal approximation")):
         result = mann_whitney_u([float(i) for i in range(sizes[0])], [i + 0.5 for i in range(sizes[1])])
-        assert result.test == "Mann–Whitney U (two-sided, normal approximation)"
+        assert result.test == f"Mann–Whitney U (two-sided, {method})"
 
 
 def test_the_exact_p_value_of_the_middle_of_the_distribution_is_one():

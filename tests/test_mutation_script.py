@@ -31,8 +31,8 @@ def test_the_config_names_the_silent_modules_and_existing_fast_tests(bench):
     assert modules["compare"].tests[:2] == ["tests/test_compare.py", "tests/test_compare_gate.py"]
     assert list(modules) == ["compare", "cache", "journal", "placement", "verify", "matrix"]
     assert [p for m in modules.values() for p in m.paths] == [
-        "mlbench/compare/comparison.py", "mlbench/compare/noise.py", "mlbench/store/cache.py",
-        "mlbench/store/hashing.py", "mlbench/run/journal.py", "mlbench/backends/coreml/placement.py",
+        "mlbench/compare/comparison.py", "mlbench/compare/rules.py", "mlbench/compare/noise.py",
+        "mlbench/store/cache.py", "mlbench/store/entry.py", "mlbench/store/hashing.py", "mlbench/run/journal.py", "mlbench/backends/coreml/placement.py",
         "mlbench/backends/coreml/placement_rules.py", "mlbench/verify.py", "mlbench/matrix.py"]
     for module in modules.values():
         assert all((ROOT / test.split("::")[0]).is_file() for test in module.tests), module.name
@@ -49,7 +49,7 @@ def test_each_module_gets_its_own_mutmut_table(bench):
     table = tomllib.loads(bench.mutmut_table(modules["compare"], settings, modules["compare"].tests))["tool"]["mutmut"]
     assert table == {
         "source_paths": ["mlbench"],
-        "only_mutate": ["mlbench/compare/comparison.py", "mlbench/compare/noise.py"],
+        "only_mutate": ["mlbench/compare/comparison.py", "mlbench/compare/rules.py", "mlbench/compare/noise.py"],
         "pytest_add_cli_args_test_selection": modules["compare"].tests,
         "pytest_add_cli_args": ["-p", "no:cacheprovider", "-m", "not torch"],
         "also_copy": ["examples", "pipelines", "schemas"],
