@@ -4,7 +4,8 @@ PYTHONPATH (tests/fake_coremltools: MLComputePlan, compute devices, compile_mode
 names). What the plan says and how the child misbehaves comes from a scenario file per test.
 
 On macOS the same child runs against the real coremltools; these tests pin what mlbench does with
-whatever it says: the mapping onto a Placement, a crash, a hang, stray output on stdout.
+whatever it says: the mapping onto a Placement, a crash, a hang, a child that ends without its plan,
+and stray output on stdout (the operations travel in a file, so stdout is never read).
 """
 
 from __future__ import annotations
@@ -130,13 +131,14 @@ def test_a_crash_in_the_child_costs_the_placement_measurement_only(scenario, tmp
     scenario(behaviour="crash")
     with pytest.raises(RuntimeError) as info:
         plan_operations(package(tmp_path), "cpu_and_ne")
-    assert str(info.value) == "compute plan failed (exit -6): fake MLComputePlan: the compiler service crashed"
+    assert str(info.value) == ("compute plan failed (killed by signal 6): fake MLComputePlan: the compiler service "
+                               "crashed")
 
     monkeypatch.setattr(compute_plan, "compute_plan_available", lambda: None)
     placement = backend.placement_for(artifact(tmp_path), "cpu_and_ne")
     assert placement.source == "estimated" and placement.by_count == {"neural_engine": 1.0}
-    assert placement.note.endswith(" Not measured: the compute plan failed (compute plan failed (exit -6): fake "
-                                   "MLComputePlan: the compiler service crashed).")
+    assert placement.note.endswith(" Not measured: the compute plan failed (compute plan failed (killed by signal 6): "
+                                   "fake MLComputePlan: the compiler service crashed).")
 
 
 def test_a_model_that_is_not_an_ml_program_is_refused_with_the_childs_reason(scenario, tmp_path):
@@ -164,13 +166,39 @@ def test_a_hanging_child_is_stopped_at_the_time_limit(scenario, tmp_path, monkey
     assert placement.note.endswith("timed out after 3 seconds).")
 
 
-def test_plain_text_on_the_childs_stdout_is_not_an_operation(scenario, tmp_path):
-    scenario(stdout=["Compiling the model...", "", "100% done", "[1, 2, 3]"])
+def test_whatever_the_child_prints_on_stdout_is_not_read(scenario, tmp_path):
+    """The compiler and coremltools talk on stdout; the operations travel in a file of their own."""
+    scenario(stdout=["Compiling the model...", "", "{'compiler': 'ANECompiler', 'status': 'ok'}",
+                     '{"operator": "ios17.fake", "output": "not an operation"}', "[1, 2, 3]"])
     assert plan_operations(package(tmp_path), "cpu_and_ne") == EXPECTED
 
 
-@pytest.mark.xfail(strict=True, reason="the child's stdout protocol reads any line starting with '{' as an operation; "
-                   "a separate change makes the protocol robust to library output (adapt this test when it lands)")
-def test_a_library_printing_a_dict_on_stdout_does_not_break_the_plan(scenario, tmp_path):
-    scenario(stdout=["{'compiler': 'ANECompiler', 'status': 'ok'}"])
-    assert plan_operations(package(tmp_path), "cpu_and_ne") == EXPECTED
+def test_a_compiled_model_is_read_as_it_is(scenario, tmp_path):
+    compiled = tmp_path / "model.mlmodelc"
+    compiled.mkdir()
+    log = scenario()
+    assert plan_operations(compiled, "all") == EXPECTED
+    assert calls(log) == [{"event": "load_from_path", "path": str(compiled), "compute_units": "ALL"}]
+
+
+def test_a_child_that_ends_without_writing_the_plan_is_a_failure(scenario, tmp_path):
+    scenario(behaviour="vanish")
+    with pytest.raises(RuntimeError) as info:
+        plan_operations(package(tmp_path), "cpu_and_ne")
+    assert str(info.value) == "compute plan failed (exit 0): no message"
+
+
+def test_a_plan_file_without_operations_is_a_failure(tmp_path):
+    from mlbench.backends.coreml.compute_plan import read_plan
+
+    out = tmp_path / "plan.json"
+    for document in ("[]", '{"ops": []}', '{"operations": {}}'):
+        out.write_text(document, encoding="utf-8")
+        with pytest.raises(RuntimeError) as info:
+            read_plan(out, 0, "")
+        assert str(info.value) == "compute plan failed: the child wrote no operations"
+    out.write_text('{"operations": [{"operator": "ios17.relu"}]}', encoding="utf-8")
+    assert read_plan(out, 0, "") == [{"operator": "ios17.relu"}]
+    with pytest.raises(RuntimeError) as info:
+        read_plan(out, 3, "a warning\n\nTraceback ...\nValueError: bad model  \n")
+    assert str(info.value) == "compute plan failed (exit 3): ValueError: bad model"
