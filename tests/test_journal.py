@@ -36,7 +36,7 @@ def test_each_entry_is_one_compact_json_line(journal):
     journal.resumed({"reused": 1})
     lines = journal.path.read_text(encoding="utf-8").split("\n")
     assert lines[0] == '{"run":{"run_id":"r1","pipeline_sha256":"' + "ab" * 32 + '"}}'
-    assert json.loads(lines[1]) == {"record": json.loads(record("a/torch/cpu").model_dump_json())}
+    assert json.loads(lines[1]) == {"record": json.loads(record("a/torch/cpu").model_dump_json()), "fingerprint": None}
     assert lines[1].startswith('{"record":{"variant_id":"a/torch/cpu","model":"a",')
     assert lines[2:] == ['{"artifact":{"key":"k1","details":{"label":"a/torch"}}}', '{"resumed":{"reused":1}}', ""]
 
@@ -65,6 +65,31 @@ def test_load_gives_the_header_the_latest_record_per_variant_and_the_artifacts(j
     assert contents.skipped_lines == 0  # a resumed marker is not a skipped line
 
 
+def test_a_variant_started_and_never_recorded_is_unfinished_with_its_fingerprint(journal):
+    journal.start(HEADER)
+    journal.started("a/torch/cpu", "fp-a", "t1")
+    journal.record(record("a/torch/cpu"), "fp-a")
+    journal.started("b/torch/cpu", "fp-b", "t2")
+    journal.started("b/torch/cpu", "fp-b2", "t3")  # the run died measuring b twice in a row
+    journal.started("c/torch/cpu", None, "t4")
+    assert journal.path.read_text(encoding="utf-8").splitlines()[3] == (
+        '{"started":{"variant_id":"b/torch/cpu","fingerprint":"fp-b","at":"t2"}}')
+    contents = journal.load()
+    assert contents.unfinished == {"b/torch/cpu": ("fp-b2", 2), "c/torch/cpu": (None, 1)}
+    assert contents.fingerprints == {"a/torch/cpu": "fp-a"} and list(contents.records) == ["a/torch/cpu"]
+    journal.record(record("b/torch/cpu"))
+    assert journal.load().unfinished == {"c/torch/cpu": (None, 1)}
+    assert journal.load().fingerprints == {"a/torch/cpu": "fp-a", "b/torch/cpu": None}
+
+
+def test_a_resume_under_a_changed_pipeline_moves_the_headers_sha(journal):
+    journal.start({"run_id": "r", "pipeline_sha256": "old"})
+    journal.resumed({"at": "t1", "pipeline_sha256": ""})
+    assert journal.load().header == {"run_id": "r", "pipeline_sha256": "old"}
+    journal.resumed({"at": "t2", "pipeline_sha256": "new"})
+    assert journal.load().header == {"run_id": "r", "pipeline_sha256": "new"}
+
+
 def test_a_line_cut_short_by_a_crash_is_skipped_and_counted(journal):
     journal.start(HEADER)
     journal.record(record("a/torch/cpu"))
@@ -82,10 +107,11 @@ def test_a_line_cut_short_by_a_crash_is_skipped_and_counted(journal):
     '"run"',                             # valid JSON, not an entry
     '[1, 2]',
     '{"surprise": 1}',                   # an entry of a kind this mlbench does not know
+    '{"started": {"at": "t"}}',          # a start that names no variant
     '{"run": {"run_id": "second"}}',     # a second header
     "\udcff garbage",
-], ids=["bad-record", "artifact-without-details", "artifact-not-object", "string", "list", "unknown", "second-header",
-        "garbage"])
+], ids=["bad-record", "artifact-without-details", "artifact-not-object", "string", "list", "unknown",
+        "start-without-variant", "second-header", "garbage"])
 def test_lines_that_are_not_entries_are_skipped_and_counted(journal, line):
     journal.start(HEADER)
     with open(journal.path, "a", encoding="utf-8", errors="surrogateescape") as handle:
@@ -131,9 +157,13 @@ def test_resume_after_a_kill_mid_write_reuses_what_finished(write_pipeline, tiny
                           + "history: {enabled: false}\n")
     assert main(["run", "-q", str(path)]) == 0
     journal = tmp_path / "out" / "journal.jsonl"
-    header, first, second = journal.read_text(encoding="utf-8").splitlines()[:3]
-    assert json.loads(second)["record"]["variant_id"] == "tiny_cnn/torch/cpu/bfloat16"
-    journal.write_text(f"{header}\n{first}\n{second[:40]}", encoding="utf-8")  # cut mid-line, as kill -9 leaves it
+    lines = journal.read_text(encoding="utf-8").splitlines()
+    header = lines[0]
+    first, second = (i for i, line in enumerate(lines) if line.startswith('{"record"'))
+    assert json.loads(lines[second])["record"]["variant_id"] == "tiny_cnn/torch/cpu/bfloat16"
+    kept = "\n".join(lines[:second])
+    journal.write_text(f"{kept}\n{lines[second][:40]}", encoding="utf-8")  # cut mid-line, as kill -9 leaves it
+    first = lines[first]
 
     capsys.readouterr()
     assert main(["run", "-q", "--resume", str(path)]) == 0
