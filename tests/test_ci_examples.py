@@ -95,7 +95,25 @@ def test_nightly_workflow_runs_compares_uploads_and_summarises():
     assert 'cat compare.md >> "$GITHUB_STEP_SUMMARY"' in summary["run"] and "exit $status" in summary["run"]
 
 
-@pytest.mark.parametrize("name", ["pull-request.yml", "nightly.yml"])
+def test_mutation_workflow_runs_weekly_on_the_configured_modules():
+    tomllib = pytest.importorskip("tomllib")
+
+    workflow = load("mutation.yml")
+    (cron,) = [entry["cron"] for entry in workflow["on"]["schedule"]]
+    _minute, _hour, day, month, weekday = cron.split()
+    assert (day, month) == ("*", "*") and weekday.isdigit()  # once a week
+    assert workflow["on"]["workflow_dispatch"]["inputs"]["module"]["default"] == "all"
+    (job,) = workflow["jobs"].values()
+    run = next(s for s in job["steps"] if "benchmarks/mutation.py" in s.get("run", ""))
+    assert 'python benchmarks/mutation.py --module "$MODULE" | tee mutation.txt' in run["run"]
+    assert "set -o pipefail" in run["run"]  # surviving mutants fail the job
+    install = next(s for s in job["steps"] if "pip install" in s.get("run", ""))
+    assert '".[dev,mutation]"' in install["run"]
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(req.startswith("mutmut>=3") for req in extras["mutation"])
+
+
+@pytest.mark.parametrize("name", ["pull-request.yml", "nightly.yml", "mutation.yml"])
 def test_workflows_pin_action_versions(name):
     for step in steps(load(name)):
         if "uses" in step:
@@ -103,7 +121,7 @@ def test_workflows_pin_action_versions(name):
 
 
 def test_example_paths_exist():
-    assert sorted(p.name for p in CI.glob("*.yml")) == ["nightly.yml", "pull-request.yml"]
+    assert sorted(p.name for p in CI.glob("*.yml")) == ["mutation.yml", "nightly.yml", "pull-request.yml"]
     assert Path(ROOT / load("nightly.yml")["env"]["PIPELINE"]).is_file()
 
 

@@ -10,6 +10,7 @@ import pytest
 from mlbench.cli.main import main
 from mlbench.compare.comparison import Comparison, RuleError, compare, parse_rule, parse_rules
 from mlbench.compare.noise import mann_whitney_u
+from mlbench.metrics import known_names
 from mlbench.records import Latency, Metric, RunRecord, RunReport
 from mlbench.report.compare_markdown import render_comparison_markdown
 from tests.test_report import report as make_report
@@ -32,19 +33,28 @@ def test_rules_parse(text, kind, direction, threshold):
     assert (rule.kind, rule.direction, rule.threshold) == (kind, direction, threshold)
 
 
+EXAMPLES = "(e.g. latency.median:+10%, placement.neural_engine:-5pp, verify.max_rel:>1e-2, status:failed)"
+
+
 @pytest.mark.parametrize("text, message", [
-    ("latency.median", "rule 'latency.median' is not METRIC:THRESHOLD"),
-    ("latency.medain:+10%", "rule 'latency.medain:+10%': unknown metric 'latency.medain'; did you mean 'latency.median'?"),
+    ("latency.median", f"rule 'latency.median' is not METRIC:THRESHOLD {EXAMPLES}"),
+    ("latency.median:", f"rule 'latency.median:' is not METRIC:THRESHOLD {EXAMPLES}"),
+    (":+10%", f"rule ':+10%' is not METRIC:THRESHOLD {EXAMPLES}"),
+    ("latency.medain:+10%", "rule 'latency.medain:+10%': unknown metric 'latency.medain'; did you mean 'latency.median'? "
+                            f"(known: {', '.join(known_names())})"),
     ("latency.median:10%", "rule 'latency.median:10%': threshold '10%' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N"),
-    ("latency.median:+10pp", "percentage points apply to fractions"),
-    ("verify.max_rel:>1%", "a limit (>N) is a plain number in the metric's unit, without %"),
+    ("latency.median:+10pp", "rule 'latency.median:+10pp': percentage points apply to fractions (placement.neural_engine, "
+                             "placement.gpu, placement.cpu, verify.top1_agreement); use % for latency.median"),
+    ("verify.max_rel:>1%", "rule 'verify.max_rel:>1%': a limit (>N) is a plain number in the metric's unit, without %"),
+    ("placement.gpu:<5pp", "rule 'placement.gpu:<5pp': a limit (<N) is a plain number in the metric's unit, without pp"),
     ("status:faild", "rule 'status:faild': status can be failed, skipped, gone, not 'faild'; did you mean 'failed'?"),
-    ("placement.gpu:-120pp", "cannot move by more than 100 percentage points"),
+    ("placement.gpu:-120pp", "rule 'placement.gpu:-120pp': a fraction cannot move by more than 100 percentage points"),
+    (3, "a rule is text like 'latency.median:+10%', got 3"),
 ])
 def test_bad_rules_are_one_line_errors_naming_the_rule(text, message):
     with pytest.raises(RuleError) as info:
         parse_rule(text)
-    assert message in str(info.value) and "\n" not in str(info.value)
+    assert str(info.value) == message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,9 +137,12 @@ def test_noise_guard_holds_back_a_threshold_crossing_the_samples_do_not_support(
     result = compare(base, head, parse_rules(["latency.median:+10%"]))
     noisy_cmp, tight_cmp = result.variants
     assert noisy_cmp.group == "unchanged" and not noisy_cmp.findings
-    assert noisy_cmp.held_back and "within noise" in noisy_cmp.held_back[0]
+    assert noisy_cmp.held_back == [  # held back by the Mann–Whitney test itself, not by the interval
+        "latency.median:+10%: 11.00 ms → 14.00 ms (+27.3%), but Mann–Whitney U (two-sided, normal approximation): "
+        "p=0.14 (within noise, α=0.01, n=21/21); 99% interval of the change -35.7% to +157.1%"]
     assert tight_cmp.group == "regressed"
-    assert tight_cmp.findings[0].noise.startswith("Mann–Whitney U (two-sided, normal approximation): p=")
+    assert tight_cmp.findings[0].noise == ("Mann–Whitney U (two-sided, normal approximation): p=3.1e-08 (beyond noise, "
+                                           "α=0.01, n=21/21); 99% interval of the change +18.9% to +20.6%")
     text = render_comparison_markdown(result)
     assert "### Within noise (not counted)" in text and "`m/torch/noisy`: latency.median:+10%" in text
 
@@ -145,11 +158,13 @@ def test_a_real_but_small_shift_must_clear_the_threshold_with_its_whole_interval
     head = run_of([rec("m/torch/drift", drift), rec("m/torch/slow", slower)], "h")
     drift_cmp, slow_cmp = compare(base, head, parse_rules(["latency.median:+10%"])).variants
     assert drift_cmp.group == "unchanged"
-    assert "beyond noise" in drift_cmp.held_back[0] and "the interval does not clear the threshold" in \
-        drift_cmp.held_back[0]
+    assert drift_cmp.held_back == [
+        "latency.median:+10%: 15.11 ms → 16.92 ms (+12.0%), but the interval does not clear the threshold "
+        "(Mann–Whitney U (two-sided, normal approximation): p=0.00013 (beyond noise, α=0.01, n=100/100); 99% interval "
+        "of the change +3.2% to +22.2%)"]
     assert slow_cmp.group == "regressed"
-    low = float(slow_cmp.findings[0].noise.split("interval of the change ")[1].split("%")[0])
-    assert low > 10
+    assert slow_cmp.findings[0].noise == ("Mann–Whitney U (two-sided, normal approximation): p=2e-15 (beyond noise, "
+                                          "α=0.01, n=100/100); 99% interval of the change +19.8% to +41.9%")
 
 
 def test_groups_status_limits_and_improvements():

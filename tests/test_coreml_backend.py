@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 
 import pytest
 
 from mlbench.cli.main import main
 from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
-from mlbench.store.cache import ArtifactCache
+from mlbench.store.cache import ArtifactCache, format_size
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")
@@ -52,6 +53,25 @@ def test_compute_units_share_one_export_and_a_rerun_exports_nothing(write_pipeli
     second = coreml_records(run(pipeline))
     assert all(r.artifact.cache_hit for r in second)
     assert {r.artifact.key for r in second} == keys
+
+
+def test_a_rerun_with_other_compute_units_hits_the_cache_and_another_precision_misses(write_pipeline, tmp_path):
+    """compute_units is a load-time choice: the same package serves every value, in a later run too."""
+
+    def only(precision: str, units: str):
+        text = PIPELINE.replace("precision: [float32, float16]", f"precision: {precision}").replace(
+            "compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]", f"compute_units: {units}")
+        (record,) = coreml_records(run(load_pipeline(write_pipeline(text))))
+        assert record.status == "ok", record.error
+        return record.artifact
+
+    built = only("float16", "all")
+    assert not built.cache_hit
+    other_units = only("float16", "cpu_only")
+    assert other_units.cache_hit and other_units.key == built.key and other_units.path == built.path
+    other_precision = only("float32", "cpu_only")
+    assert not other_precision.cache_hit and other_precision.key != built.key
+    assert sorted(e.key for e in ArtifactCache(tmp_path / "cache").entries()) == sorted([built.key, other_precision.key])
 
 
 def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, tmp_path):
@@ -174,17 +194,21 @@ def test_cache_commands(write_pipeline, tmp_path, capsys):
     assert main(["run", "-q", str(path)]) == 0
     cache_dir = str(tmp_path / "cache")
     capsys.readouterr()
+    (entry,) = ArtifactCache(tmp_path / "cache").entries()
+    on_disk = sum(f.stat().st_size for f in entry.artifact_path.rglob("*") if f.is_file())  # the package's own bytes
+    size = format_size(on_disk)
+    used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
     assert main(["cache", "ls", "--dir", cache_dir]) == 0
-    out = capsys.readouterr().out
-    assert "tiny/coreml/float16/none" in out and out.strip().endswith(f"1 entries, {out.split()[1]} {out.split()[2]} in {cache_dir}")
-    key = out.split()[0]
+    assert capsys.readouterr().out == (f"{entry.key[:12]}  {size:>9}  used {used}  tiny/coreml/float16/none\n"
+                                       f"1 entries, {size} in {cache_dir}\n")
+    key = entry.key[:12]
     assert main(["cache", "info", key, "--dir", cache_dir]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["key_inputs"]["options"] == {"precision": "float16", "optimization": None,
                                              "deployment_target": "iOS15"}
     assert "compute_units" not in json.dumps(info["key_inputs"])
     assert main(["cache", "prune", "--max-size", "1kB", "--dir", cache_dir]) == 0
-    assert capsys.readouterr().out.startswith("removed 1 entries (")
+    assert capsys.readouterr().out == f"removed 1 entries ({size}); 0 B left in {cache_dir}\n"
     assert main(["cache", "clear", "--dir", cache_dir]) == 0
     assert capsys.readouterr().out == f"removed 0 entries from {cache_dir}\n"
     assert main(["cache", "prune", "--max-size", "lots", "--dir", cache_dir]) == 2

@@ -88,6 +88,28 @@ def test_float32_program_never_reaches_the_neural_engine(tiny):
     assert under_all.by_count == {"gpu": 1.0} and "Under ALL it runs on the GPU" in under_all.note
 
 
+class ArgmaxHead(nn.Module):
+    """A float32 classifier that returns the class index: its last operation's output is int32."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(torch.relu(self.conv(x)).mean(dim=(2, 3)), dim=1)
+
+
+def test_a_float32_programs_integer_operations_stay_off_the_neural_engine_too(tmp_path):
+    """Per-operation rules keep the float32 operations off; only the whole-program rule keeps the int32
+    argmax off as well (Core ML runs no part of a float32 program on the Neural Engine)."""
+    analysis = export(ArgmaxHead(), [1, 3, 16, 16], "float32", tmp_path)
+    assert analysis.precision == "FLOAT32"
+    assert "int32" in {layer.output_dtype for layer in analysis.layers}  # the argmax's output
+    placement = estimate_placement(analysis, "cpu_and_ne")
+    assert {(op.device, op.rule) for op in placement.ops} == {("cpu", "float32-program")}
+    assert placement.by_count == {"cpu": 1.0} and placement.switches == 0
+
+
 def test_cpu_only_has_nothing_to_say(tiny):
     placement = estimate_placement(tiny["float16"], "cpu_only")
     assert placement.by_count == {"cpu": 1.0} and placement.note is None and placement.switches == 0

@@ -65,3 +65,40 @@ def test_same_id_with_other_options_is_a_conflict():
     with pytest.raises(VariantConflict) as info:
         expand(cfg)
     assert (info.value.variant_id, info.value.first_index, info.value.second_index) == ("a/torch/cpu/float32", 0, 1)
+
+
+def test_fixed_options_are_canonical_json_so_equal_options_share_an_artifact():
+    variant = expand(config(targets=[{"backend": "onnxruntime", "precision": "float32", "opset": 17,
+                                      "graph_optimization": "basic"}]))[0]
+    assert variant.fixed == ('{"coreml_compute_units": null, "graph_optimization": "basic", "intra_op_threads": null, '
+                             '"opset": 17, "profile_runs": 10}')  # keys sorted, whatever order the target declares
+
+
+def test_include_entries_are_numbered_after_the_targets():
+    cfg = config(targets=[{"backend": "torch", "precision": "float32"}],
+                 include=[{"model": "b", "backend": "torch", "precision": "float16"},
+                          {"model": "a", "backend": "torch", "precision": "bfloat16"}])
+    assert [(v.id, v.target_index) for v in expand(cfg)] == [
+        ("a/torch/cpu/float32", 0), ("b/torch/cpu/float32", 0), ("b/torch/cpu/float16", 1), ("a/torch/cpu/bfloat16", 2)]
+
+
+def test_exclude_can_name_the_backend():
+    cfg = config(targets=[{"backend": "torch", "precision": "float32"}, {"backend": "onnxruntime"}],
+                 exclude=[{"backend": "onnxruntime", "model": "b"}])
+    assert [v.id for v in expand(cfg)] == ["a/torch/cpu/float32", "a/onnxruntime/float32/cpu", "b/torch/cpu/float32"]
+
+
+def test_a_variant_reads_its_axes_and_a_plan_groups_by_model():
+    plan = Plan(expand(config()))
+    assert plan.variants[1].axis("precision") == "float16" and plan.variants[2].axis("device") == "cuda"
+    assert {model: [v.id for v in variants] for model, variants in plan.by_model().items()} == {
+        "a": ["a/torch/cpu/float32", "a/torch/cpu/float16", "a/torch/cuda/float32", "a/torch/cuda/float16"],
+        "b": ["b/torch/cpu/float32", "b/torch/cpu/float16", "b/torch/cuda/float32", "b/torch/cuda/float16"]}
+
+
+def test_a_conflict_says_which_variant():
+    cfg = config(targets=[{"backend": "torch", "precision": "float32"},
+                          {"backend": "torch", "precision": "float32", "threads": 1}])
+    with pytest.raises(VariantConflict) as info:
+        expand(cfg)
+    assert str(info.value) == "variant a/torch/cpu/float32 comes from two targets with different options"

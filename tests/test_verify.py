@@ -60,3 +60,111 @@ def test_identical_outputs_have_no_snr_and_vectors_no_top1():
     pair = ([("v", np.array([1.0, 2.0, 3.0]))], [np.array([1.0, 2.0, 3.0])])
     result = compare_samples([pair], tolerance=0.0, reference_name="ref")
     assert result.snr_db is None and result.top1_agreement is None and result.passed
+
+
+def test_a_flat_output_of_the_right_size_is_compared_in_the_reference_shape():
+    result = compare_outputs([("y", np.array([[1.0, 2.0], [3.0, 4.0]]))], [np.array([1.0, 2.0, 3.0, 5.0])],
+                             tolerance=0.5, reference_name="torch/cpu/float32")
+    (output,) = result.outputs
+    assert (output.name, output.shape, output.max_abs, output.max_rel) == ("y", [2, 2], 1.0, 0.25)
+    assert (result.reference, result.tolerance, result.passed, result.note) == ("torch/cpu/float32", 0.5, True, None)
+
+
+def test_an_error_exactly_at_the_tolerance_passes():
+    result = compare_outputs([("y", np.array([4.0]))], [np.array([5.0])], tolerance=0.25, reference_name="r")
+    assert result.max_rel == 0.25 and result.passed
+    assert not compare_outputs([("y", np.array([4.0]))], [np.array([5.01])], tolerance=0.25, reference_name="r").passed
+
+
+def test_the_scale_is_the_largest_magnitude_but_never_below_one():
+    result = compare_outputs([("half", np.array([0.5, -0.25])), ("two", np.array([-2.0, 1.0]))],
+                             [np.array([0.75, -0.25]), np.array([-2.0, 2.0])], tolerance=1.0, reference_name="r")
+    assert [(e.max_abs, e.max_rel) for e in result.outputs] == [(0.25, 0.25), (1.0, 0.5)]
+    assert (result.max_abs, result.max_rel) == (1.0, 0.5)
+
+
+def test_empty_outputs_count_as_no_error():
+    result = compare_outputs([("empty", np.zeros((0, 3))), ("y", np.full(2, 3.0))], [np.zeros((0, 3)), np.full(2, 3.0)],
+                             tolerance=1e-6, reference_name="r")
+    assert [(e.max_abs, e.max_rel, e.shape) for e in result.outputs] == [(0.0, 0.0, [0, 3]), (0.0, 0.0, [2])]
+    assert result.passed and result.note is None  # the largest value is over the non-empty outputs
+
+
+def test_the_uninformative_note_gives_the_largest_reference_value_and_its_bound():
+    tiny = compare_outputs([("a", np.array([1e-7])), ("b", np.array([-5e-7]))], [np.zeros(1), np.zeros(1)],
+                           tolerance=1e-4, reference_name="r")
+    assert tiny.note == ("the reference outputs are all ≈ 0 (largest |value| 5e-07): this check cannot tell a wrong "
+                         "export from a right one; random weights often do this (see examples/random_weights.py)")
+    at_bound = compare_outputs([("a", np.array([1e-6]))], [np.array([1e-6])], tolerance=1e-4, reference_name="r")
+    assert at_bound.note is None
+    none = compare_outputs([], [], tolerance=1e-4, reference_name="r")
+    assert (none.max_abs, none.max_rel, none.passed, none.outputs) == (0.0, 0.0, True, [])
+    assert none.note.startswith("the reference outputs are all ≈ 0 (largest |value| 0): ")
+
+
+def test_nan_anywhere_in_an_output_makes_it_infinitely_wrong():
+    result = compare_outputs([("y", np.array([1.0, 2.0, 3.0]))], [np.array([np.nan, 2.0, 30.0])], tolerance=1e9,
+                             reference_name="r")
+    assert result.outputs[0].max_abs == float("inf") and result.max_rel == float("inf") and not result.passed
+
+
+def test_integer_and_half_precision_outputs_are_compared_without_wrapping_or_overflow():
+    """uint8 0 - 1 wraps to 255 and float16 65504 - (-65504) overflows to inf unless the difference is
+    taken in float64."""
+    result = compare_outputs([("mask", np.array([1, 200], dtype=np.uint8)), ("half", np.array([65504.0], np.float16))],
+                             [np.array([0, 200], dtype=np.uint8), np.array([-65504.0], np.float16)], tolerance=1.0,
+                             reference_name="r")
+    assert [e.max_abs for e in result.outputs] == [1.0, 131008.0]
+    assert [e.max_rel for e in result.outputs] == [1 / 200, 2.0]
+
+
+def test_the_scale_of_a_signed_integer_output_includes_its_most_negative_value():
+    """abs() of int8 -128 is -128 in int8: the scale must be taken in float64."""
+    result = compare_outputs([("q", np.array([-128, 0], dtype=np.int8))], [np.array([-128, 64], dtype=np.int8)],
+                             tolerance=1.0, reference_name="r")
+    assert (result.outputs[0].max_abs, result.outputs[0].max_rel) == (64.0, 0.5)
+
+
+def test_snr_of_integer_outputs_is_taken_in_float64():
+    result = compare_samples([([("mask", np.array([200, 0], dtype=np.uint8))], [np.array([100, 0], dtype=np.uint8)])],
+                             tolerance=1.0, reference_name="r")
+    assert result.snr_db == pytest.approx(10 * np.log10(200**2 / 100**2))  # uint8 would wrap 200² to 64
+
+
+def test_snr_of_a_broken_or_silent_output_is_minus_infinity_and_of_a_small_one_finite():
+    nan = compare_samples([([("y", np.ones(2))], [np.array([1.0, np.nan])])], tolerance=1.0, reference_name="r")
+    assert nan.snr_db == float("-inf")
+    silent = compare_samples([([("y", np.zeros(2))], [np.array([0.0, 0.1])])], tolerance=1.0, reference_name="r")
+    assert silent.snr_db == float("-inf")  # no signal at all, only noise
+    small = compare_samples([([("y", np.array([0.5, 0.0]))], [np.array([0.4, 0.0])])], tolerance=1.0,
+                            reference_name="r")
+    assert small.snr_db == pytest.approx(10 * np.log10(0.25 / 0.01))
+
+
+def test_top1_reads_rows_of_class_scores_of_any_batch_and_any_number_of_classes():
+    def top1(reference: np.ndarray, actual: np.ndarray) -> float | None:
+        return compare_samples([([("p", reference)], [actual])], tolerance=10.0, reference_name="r").top1_agreement
+
+    rows = np.array([[0.1, 0.9, 0.0], [0.8, 0.1, 0.1]])
+    assert top1(rows, rows.ravel()) == 1.0  # a flat output is read in the reference's shape, row by row
+    assert top1(rows[:1], rows[:1]) == 1.0  # a batch of one
+    assert top1(np.array([[0.2, 0.8], [0.7, 0.3]]), np.array([[0.1, 0.9], [0.4, 0.6]])) == 0.5  # two classes
+    assert top1(np.array([[1.0], [2.0]]), np.array([[1.0], [2.0]])) is None  # one class: no arg-max to agree on
+    assert top1(np.array([1.0, 2.0, 3.0]), np.array([1.0, 2.0, 3.0])) is None  # not rows of scores
+
+
+def test_top1_is_the_worst_outputs_mean_over_samples():
+    scores = np.array([[1.0, 0.0], [0.0, 1.0]])
+    swapped = scores[:, ::-1]
+    pairs = [([("a", scores), ("b", scores)], [scores, swapped]),   # a agrees, b does not
+             ([("a", scores), ("b", scores)], [scores, scores])]    # both agree
+    result = compare_samples(pairs, tolerance=10.0, reference_name="r")
+    assert result.top1_agreement == 0.5  # b: (0 + 1) / 2; a: 1 — per output, not pooled (0.75)
+    assert (result.source, result.samples, result.method) == ("measured", 2, None)
+
+
+def test_the_note_of_an_uninformative_sample_survives_a_worse_informative_one():
+    quiet = ([("y", np.zeros(2))], [np.full(2, 1e-9)])      # degenerate reference, tiny error
+    loud = ([("y", np.ones(2))], [np.array([1.0, 1.5])])   # informative, the worst error
+    result = compare_samples([quiet, loud], tolerance=1.0, reference_name="r")
+    assert result.max_rel == 0.5 and result.note.startswith("the reference outputs are all ≈ 0")

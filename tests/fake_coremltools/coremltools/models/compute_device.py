@@ -1,0 +1,14 @@
+class MLComputeDevice:
+    pass
+
+
+class MLCPUComputeDevice(MLComputeDevice):
+    pass
+
+
+class MLGPUComputeDevice(MLComputeDevice):
+    pass
+
+
+class MLNeuralEngineComputeDevice(MLComputeDevice):
+    pass
