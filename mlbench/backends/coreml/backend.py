@@ -37,7 +37,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None,
         "backend": "coreml",
         "format": "mlprogram",
         "model_digest": model.digest,
-        "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
+        "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
         "versions": {"coremltools": package_version("coremltools"), "torch": package_version("torch"), "mlbench": __version__},
     }
@@ -76,7 +76,7 @@ class CoremlBackend(Backend):
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
 
         def export(folder: Path) -> ExportResult:
-            return export_coreml(model.module, model.example_inputs, model.input_names, precision=precision,
+            return export_coreml(model.torch_module, model.example_inputs, model.input_names, precision=precision,
                                  optimization=recipe, deployment_target=deployment_target, dest=folder)
 
         def own_facts(result: ExportResult) -> dict[str, Any]:
@@ -112,7 +112,7 @@ class CoremlBackend(Backend):
 
         def emulate() -> tuple[Any, str | None]:
             return emulated_verification(
-                artifact, model, samples=self.config.verify.samples,
+                artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
                 tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
 
         if sys.platform != "darwin":

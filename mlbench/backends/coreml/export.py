@@ -37,6 +37,7 @@ from mlbench.backends.coreml.messages import (
     import_messages,
     version_warning,
 )
+from mlbench.backends.coreml.torch_ops import register_extra_torch_ops
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -84,6 +85,7 @@ def export_coreml(
     check_input_names(example_inputs, input_names)
 
     ct = import_coremltools()  # once per process; not part of the export's time
+    register_extra_torch_ops()
     started = time.perf_counter()
     convert_kwargs = convert_options(ct, precision, target_name)
     sink: list[str] = []
