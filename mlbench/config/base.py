@@ -7,6 +7,7 @@ whole pipeline config (and without importing torch).
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
@@ -137,9 +138,13 @@ class TargetBase(StrictModel):
         """Checks that need the whole pipeline: (place within this target, message) pairs."""
         return []
 
+    def existing_artifact(self) -> tuple[str, Path] | None:
+        """(key, path) when the target measures a file the user already has (no export, no model source
+        needed), else None."""
+        return None
+
     def uses_existing_artifact(self) -> bool:
-        """True when the target measures a file the user already has (no export, no model source needed)."""
-        return False
+        return self.existing_artifact() is not None
 
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""

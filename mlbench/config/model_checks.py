@@ -31,6 +31,25 @@ def check_models(config: PipelineConfig, base_dir: Path) -> list[Problem]:
                 problems.append((("models", m, "inputs", i, "values"), what))
         if spec.source_kind == "transformers":
             problems.extend(_vocabulary(m, spec.kwargs, spec.inputs))
+    problems.extend(_existing_artifacts(config, base_dir))
+    return problems
+
+
+def _existing_artifacts(config: PipelineConfig, base_dir: Path) -> list[Problem]:
+    """A named artifact exists, and belongs to one model: in `targets:` only when there is one model."""
+    problems: list[Problem] = []
+    for section, targets in (("targets", config.targets), ("include", config.include)):
+        for i, target in enumerate(targets):
+            existing = target.existing_artifact()
+            if existing is None:
+                continue
+            key, path = existing
+            full = path if path.is_absolute() else base_dir / path
+            if not full.exists():
+                problems.append(((section, i, key), f"not found: {full.resolve()}"))
+            elif section == "targets" and len(config.models) > 1:
+                problems.append(((section, i, key), f"names one model's artifact, and there are {len(config.models)} "
+                                 "models: give it as an include entry with model: NAME"))
     return problems
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from mlbench.sources.errors import ModelLoadError
 
 
 def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
     """The nn.Module the file or folder at `path` holds."""
-    import torch
-
     if not path.exists():
         raise ModelLoadError(f"saved model not found: {path}")
     if path.is_dir():
@@ -33,7 +33,7 @@ def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
             program = torch.export.load(str(path))
         except Exception as exc:
             raise ModelLoadError(f"torch.export.load({path.name}) failed: {_one_line(exc)}") from exc
-        return program.module()
+        return ExportedModule(program.module())
     if path.suffix == ".pt":
         try:
             return torch.jit.load(str(path), map_location="cpu")
@@ -42,6 +42,22 @@ def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
                                  f"from torch.jit.save): {_one_line(exc)}") from exc
     raise ModelLoadError(f"'{path.name}' is not a saved model: use .pt2 (torch.export), .pt (TorchScript) or "
                          "a save_pretrained folder")
+
+
+class ExportedModule(torch.nn.Module):
+    """A loaded ExportedProgram's module as an ordinary module: it is always in eval mode (torch refuses
+    eval() and train() on it), so switching modes here leaves it alone."""
+
+    def __init__(self, program_module: torch.nn.Module) -> None:
+        super().__init__()
+        self.program = program_module
+
+    def train(self, mode: bool = True) -> ExportedModule:
+        self.training = mode
+        return self
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.program(*args, **kwargs)
 
 
 def file_digest(path: Path) -> str:

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, placement_metrics
+from mlbench.backends.base import (
+    Backend,
+    CallTimer,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    existing_artifact_info,
+    placement_metrics,
+)
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
@@ -20,8 +29,6 @@ from mlbench.machine import package_version
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from mlbench.backends.coreml.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
@@ -72,6 +79,8 @@ class CoremlBackend(Backend):
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
         precision = variant.axis("precision")
+        if self.target.package is not None:
+            return self._existing(self.resolve(self.target.package), precision)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
 
@@ -104,6 +113,21 @@ class CoremlBackend(Backend):
         from mlbench.backends.coreml.runtime import prediction_timer
 
         return prediction_timer(exported.payload, model, variant)
+
+    def _existing(self, path: Path, precision: str) -> Exported:
+        """A package the user already has: analysed and measured as it is (no export, no cache)."""
+        from mlbench.backends.coreml.analysis import analyse_package
+        from mlbench.backends.coreml.deployment import ExportError
+
+        if path.suffix != ".mlpackage" and path.suffix != ".mlmodel":
+            raise ExportError(f"{path.name} is not a Core ML package (.mlpackage or .mlmodel)")
+        analysis = analyse_package(path)
+        declared = {"FLOAT16": "float16", "FLOAT32": "float32"}.get(analysis.precision)
+        if declared is not None and declared != precision:
+            raise ExportError(f"{path.name} computes in {declared}, not {precision}: set precision: {declared}")
+        info = existing_artifact_info(path, "existing package")
+        details = {"program": analysis.model_dump(mode="json"), "export": {"existing": str(path)}}
+        return Exported(payload=CoremlArtifact(path, analysis), info=info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         artifact: CoremlArtifact = exported.payload

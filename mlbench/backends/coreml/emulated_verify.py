@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlbench.backends.base import REFERENCE
+from mlbench.backends.base import NO_SOURCE, REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
     from mlbench.verify import OutputMismatch, compare_samples
 
     if not model.has_source:
-        return None, "no model source to compare with (the model names only existing artifacts)"
+        return None, NO_SOURCE
     if artifact.analysis.model_type != "mlProgram":
         return None, f"the interpreter runs ML programs, not {artifact.analysis.model_type} models"
     try:

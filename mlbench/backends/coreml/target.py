@@ -15,6 +15,7 @@ optimizations:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
@@ -83,6 +84,16 @@ class CoremlTarget(TargetBase):
     deployment_target: str | None = Field(
         default=None, description="e.g. iOS17, macOS14; default: the lowest the precision and optimization need."
     )
+    package: Path | None = Field(
+        default=None,
+        description="An existing .mlpackage (relative to this file) to measure as it is: no export. precision "
+        "names its precision; optimize stays none. With several models, give it as an include entry.",
+    )
+    reshape_frequency: Literal["frequent", "infrequent"] | None = Field(
+        default=None,
+        description="Core ML's reshape-frequency hint for flexible inputs (iOS17.4+/macOS14.4+), given when the "
+        "model is loaded: infrequent lets Core ML specialise for a shape and keep it. Recorded with each variant.",
+    )
 
     estimate_on: list[ChipId] = Field(
         default_factory=list,
@@ -97,9 +108,20 @@ class CoremlTarget(TargetBase):
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
 
+    def existing_artifact(self) -> tuple[str, Path] | None:
+        return None if self.package is None else ("package", self.package)
+
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field checks: recipe names exist; the deployment target suits every combination."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.package is not None:
+            if self.optimize != [NO_OPTIMIZATION]:
+                problems.append((("optimize",), "an existing package is measured as it is: optimize stays none"))
+            if len(self.precision) > 1:
+                problems.append((("precision",), "an existing package has one precision: give one value"))
+            if self.deployment_target is not None:
+                problems.append((("deployment_target",), "an existing package keeps its own deployment target"))
+            return problems
         recipes = config.optimizations
         names = [NO_OPTIMIZATION, *recipes]
         for i, name in enumerate(self.optimize):

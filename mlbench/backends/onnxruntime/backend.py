@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import (
+    NO_SOURCE,
     REFERENCE,
     Backend,
     CallTimer,
     Exported,
     Measurement,
     VariantSkipped,
+    existing_artifact_info,
     placement_metrics,
     runtime_metrics,
 )
@@ -88,6 +90,11 @@ class OnnxruntimeBackend(Backend):
         from mlbench.backends.onnxruntime.export import OnnxExportResult, export_onnx, graph_summary
 
         precision = variant.axis("precision")
+        if self.target.file is not None:  # an existing .onnx file: measured as it is
+            path = self.resolve(self.target.file)
+            graph = graph_summary(path)
+            return Exported(payload=OnnxArtifact(path, graph), info=existing_artifact_info(path, "existing .onnx file"),
+                            details={"onnx_graph": graph, "export": {"existing": str(path)}})
         output_names = [name for name, _ in model.reference]
 
         def export(folder: Path) -> OnnxExportResult:
@@ -183,8 +190,8 @@ class OnnxruntimeBackend(Backend):
                           list(session.run(None, _feed(session, model, index, alternative)))))
         session = None  # release the timed session before the profiled one starts
 
-        verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
-                                 reference_name=REFERENCE)
+        verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
+                                  reference_name=REFERENCE) if model.has_source else None)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
         folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))
@@ -202,6 +209,9 @@ class OnnxruntimeBackend(Backend):
         placement = build_placement(profile, constants=artifact.graph["initializers"] + artifact.graph["constant_nodes"],
                                     preferred_provider=ort_name, precision=precision)
         metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
+        if verify is None:
+            for name, unit in (("verify.max_abs", "abs"), ("verify.max_rel", "rel")):
+                metrics[name] = Metric.absent(unit, NO_SOURCE)
         metrics.update(placement_metrics(placement))
         details = {
             "op_time": op_time_tables(profile),
