@@ -268,6 +268,11 @@ class ModelSpec(StrictModel):
     def alternatives(self) -> int:
         return max((i.alternatives for i in self.inputs), default=1)
 
+    @property
+    def enumerated_inputs(self) -> int:
+        """How many inputs have more than one enumerated shape (Core ML needs iOS18 for two or more)."""
+        return sum(1 for i in self.inputs if any(isinstance(d, list) and len(set(d)) > 1 for d in i.shape))
+
     def shape_labels(self) -> list[str]:
         """One label per measured shape: the flexible dimensions' sizes (e.g. '128', '64x80'); [] when the
         inputs have no alternatives or ranges."""

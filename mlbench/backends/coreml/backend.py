@@ -82,11 +82,13 @@ class CoremlBackend(Backend):
         if self.target.package is not None:
             return self._existing(self.resolve(self.target.package), precision)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
-        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
+        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
+                                                    enumerated_inputs=model.spec.enumerated_inputs)
 
         def export(folder: Path) -> ExportResult:
             return export_coreml(model.torch_module, model.example_inputs, model.input_names, precision=precision,
-                                 optimization=recipe, deployment_target=deployment_target, dest=folder)
+                                 optimization=recipe, deployment_target=deployment_target, dest=folder,
+                                 inputs=list(model.spec.inputs))
 
         def own_facts(result: ExportResult) -> dict[str, Any]:
             return {"deployment_target": result.deployment_target,
@@ -140,7 +142,8 @@ class CoremlBackend(Backend):
                 tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
 
         if sys.platform != "darwin":
-            placement = placement_for(artifact, compute_units)
+            placement = with_reshape_note(placement_for(artifact, compute_units), artifact,
+                                          self.target.reshape_frequency)
             metrics.update(placement_metrics(placement))
             details = self._estimates(artifact, placement, metrics)
             emulated, why_not = emulate()
@@ -159,7 +162,8 @@ class CoremlBackend(Backend):
         # else (the plan, the interpreter) runs in this process before the timing loop
         result = measure_package(artifact, model, variant, self.config, metrics)
         compiled = result.details.get("compiled_model")
-        result.placement = placement_for(artifact, compute_units, Path(compiled) if compiled else None)
+        result.placement = with_reshape_note(placement_for(artifact, compute_units, Path(compiled) if compiled else None),
+                                             artifact, self.target.reshape_frequency)
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         emulated, why_not = emulate()
@@ -201,6 +205,24 @@ def machine_chip() -> str | None:
 
 def _not_macos() -> str:
     return NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
+
+
+def with_reshape_note(placement: Any, artifact: CoremlArtifact, frequency: str | None) -> Any:
+    """The placement, its note naming the flexible inputs and the reshape-frequency hint they ran with."""
+    flexible = [i.name for i in artifact.analysis.inputs if i.flexible]
+    if flexible and placement.note is not None:
+        placement.note += " " + reshape_note(flexible, frequency)
+    return placement
+
+
+def reshape_note(flexible: list[str], frequency: str | None) -> str:
+    """What the placement note says about flexible inputs and the reshape-frequency hint."""
+    names = ", ".join(flexible)
+    if frequency is None:
+        return (f"Flexible input(s) {names}: Core ML may re-plan for each new shape; on iOS17.4+/macOS14.4+ "
+                "reshape_frequency: infrequent lets it specialise for a shape and keep it.")
+    return (f"Flexible input(s) {names}: loaded with reshape_frequency {frequency} (iOS17.4+/macOS14.4+; "
+            "the estimate does not model it).")
 
 
 def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path | None = None):

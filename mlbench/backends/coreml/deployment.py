@@ -154,7 +154,7 @@ def _validate_precision(precision: str) -> None:
         raise InvalidExportOptions(f"precision must be float32 or float16, not {precision!r}")
 
 
-def _requirement(precision: str, optimization: dict | None) -> tuple[int, str]:
+def _requirement(precision: str, optimization: dict | None, enumerated_inputs: int = 0) -> tuple[int, str]:
     """(iOS level, why) — the lowest target the options need and the option that needs it."""
     _validate_precision(precision)
     validate_optimization(optimization)
@@ -167,22 +167,25 @@ def _requirement(precision: str, optimization: dict | None) -> tuple[int, str]:
                 level, why = 18, "palettize per_grouped_channel"
             elif optimization["nbits"] == 3:
                 level, why = 18, "palettize nbits=3"
+    if enumerated_inputs > 1 and level < 18:
+        # coremltools: "Expected a single enumerated shape input for deployment targets below iOS 18"
+        level, why = 18, f"enumerated shapes on {enumerated_inputs} inputs"
     return level, why
 
 
-def minimum_deployment_target(precision: str, optimization: dict | None) -> str:
+def minimum_deployment_target(precision: str, optimization: dict | None, enumerated_inputs: int = 0) -> str:
     """The lowest deployment target the options need, as an iOS name ("iOS15", "iOS16", "iOS18")."""
-    return _LEVEL_TO_IOS[_requirement(precision, optimization)[0]]
+    return _LEVEL_TO_IOS[_requirement(precision, optimization, enumerated_inputs)[0]]
 
 
 def check_deployment_target(
-    deployment_target: str | None, precision: str, optimization: dict | None
+    deployment_target: str | None, precision: str, optimization: dict | None, enumerated_inputs: int = 0
 ) -> str:
     """The canonical target name to use: ``deployment_target`` checked, or the minimum if None.
 
     Raises InvalidExportOptions for an unknown name or one lower than the options need.
     """
-    level, why = _requirement(precision, optimization)
+    level, why = _requirement(precision, optimization, enumerated_inputs)
     if deployment_target is None:
         return _LEVEL_TO_IOS[level]
     name = _canonical_target(deployment_target)

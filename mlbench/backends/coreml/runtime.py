@@ -79,6 +79,15 @@ def ordered_outputs(artifact: CoremlArtifact, prediction: dict[str, Any]) -> lis
     return [prediction[t.name] for t in artifact.analysis.outputs]
 
 
+def load_hints(ct: Any, config: PipelineConfig, variant: Variant) -> dict[str, Any] | None:
+    """Core ML's load-time optimization hints: the target's reshape_frequency (iOS17.4+/macOS14.4+)."""
+    target = [*config.targets, *config.include][variant.target_index]
+    frequency = getattr(target, "reshape_frequency", None)
+    if frequency is None:
+        return None
+    return {"reshapeFrequency": getattr(ct.ReshapeFrequency, frequency.capitalize())}
+
+
 def too_old(version: str) -> str | None:
     """Why this coremltools cannot measure, or None."""
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
@@ -138,7 +147,9 @@ def measure_package(
         raise VariantSkipped(why_not)
     compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
     compiled, compile_ms, reused = compiled_model(ct, artifact.package)
-    load_ms, mlmodel = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units))
+    hints = load_hints(ct, config, variant)
+    load_ms, mlmodel = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units,
+                                                                   optimization_hints=hints))
     alternative = model.alternative(variant.shape)
     inputs = prediction_inputs(artifact, model, alternative)
     first_ms, prediction = time_once(lambda: mlmodel.predict(inputs))

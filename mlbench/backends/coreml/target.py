@@ -143,10 +143,13 @@ class CoremlTarget(TargetBase):
         if problems:
             return problems
         if self.deployment_target is not None:
+            enumerated = max((m.enumerated_inputs for m in config.models
+                              if getattr(self, "model", m.name) == m.name), default=0)
             for precision in self.precision:
                 for name in self.optimize:
                     try:
-                        check_deployment_target(self.deployment_target, precision, recipe_dict(recipes.get(name)))
+                        check_deployment_target(self.deployment_target, precision, recipe_dict(recipes.get(name)),
+                                                enumerated_inputs=enumerated)
                     except InvalidExportOptions as exc:
                         message = str(exc)
                         if message.startswith("unknown deployment target"):

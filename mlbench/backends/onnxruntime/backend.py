@@ -99,7 +99,8 @@ class OnnxruntimeBackend(Backend):
 
         def export(folder: Path) -> OnnxExportResult:
             return export_onnx(model.torch_module, model.example_inputs, model.input_names, output_names,
-                               precision=precision, opset=self.target.opset, dest=folder)
+                               precision=precision, opset=self.target.opset, dest=folder,
+                               inputs=list(model.spec.inputs))
 
         def own_facts(result: OnnxExportResult) -> dict[str, Any]:
             return {"opset": result.opset, "float16_conversion": result.float16_conversion}
