@@ -81,22 +81,26 @@ class CoremlBackend(Backend):
         precision = variant.axis("precision")
         if self.target.package is not None:
             return self._existing(self.resolve(self.target.package), precision)
-        recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
+        recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
                                                     enumerated_inputs=model.spec.enumerated_inputs)
+        calibration = (calibration_data(model, self.config.verify.samples)
+                       if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
 
         def export(folder: Path) -> ExportResult:
             return export_coreml(model.torch_module, model.example_inputs, model.input_names, precision=precision,
                                  optimization=recipe, deployment_target=deployment_target, dest=folder,
-                                 inputs=list(model.spec.inputs))
+                                 inputs=list(model.spec.inputs), calibration=calibration)
 
         def own_facts(result: ExportResult) -> dict[str, Any]:
             return {"deployment_target": result.deployment_target,
                     # derived from the package and stored beside it, so a cache hit needs no coremltools
                     "analysis": analyse_package(result.artifact).model_dump(mode="json")}
 
-        cached = build_cached(self.cache, artifact_key_inputs(model, precision, recipe, deployment_target), export,
-                              label=variant.artifact_id, own_facts=own_facts)
+        key_inputs = artifact_key_inputs(model, precision, recipe, deployment_target)
+        if calibration is not None:  # the calibration data shapes an activation-quantized package
+            key_inputs["calibration"] = _digest_feeds(calibration)
+        cached = build_cached(self.cache, key_inputs, export, label=variant.artifact_id, own_facts=own_facts)
         stored = cached.meta.get("analysis")
         analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(cached.path)})
                     if stored else analyse_package(cached.path))
@@ -205,6 +209,24 @@ def machine_chip() -> str | None:
 
 def _not_macos() -> str:
     return NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
+def calibration_data(model: LoadedModel, verify_samples: int) -> list[dict[str, Any]]:
+    """Input dicts to calibrate activation quantization on: the model's real samples (`values:`) if it has
+    any, else the verify.samples seeded input sets."""
+    from mlbench.backends.coreml.emulated_verify import package_feeds
+
+    count = (model.maker.value_samples if model.maker is not None else None) or verify_samples
+    return [package_feeds(model, model.sample(index)[0]) for index in range(count)]
+
+
+def _digest_feeds(feeds: list[dict[str, Any]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for feed in feeds:
+        for name, array in feed.items():
+            digest.update(f"{name}:{array.dtype}:{list(array.shape)}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
 
 
 def with_reshape_note(placement: Any, artifact: CoremlArtifact, frequency: str | None) -> Any:

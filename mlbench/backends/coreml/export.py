@@ -76,10 +76,12 @@ def export_coreml(
     deployment_target: str | None,
     dest: Path,
     inputs: list[ModelInput] | None = None,
+    calibration: list[dict[str, Any]] | None = None,
 ) -> ExportResult:
     """Convert ``module`` to an ML program and save it as ``dest/model.mlpackage``.
 
-    ``inputs`` (the pipeline's input specs) make flexible shapes and image inputs (``input_types``).
+    ``inputs`` (the pipeline's input specs) make flexible shapes and image inputs (``input_types``);
+    ``calibration`` (input dicts as the package takes them) feeds activation quantization.
     Raises InvalidExportOptions (a ValueError) for bad options, before any work is done, and
     ExportError with a one-line message when neither export path produces a model.
     """
@@ -98,7 +100,7 @@ def export_coreml(
         ct, module.eval(), example_inputs, input_names, convert_kwargs, sink, inputs
     )
     if optimization is not None:
-        mlmodel = compress(ct, mlmodel, optimization, sink)
+        mlmodel = compress(ct, mlmodel, optimization, sink, calibration)
 
     metadata = {
         "precision": precision,
