@@ -53,3 +53,14 @@ def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_t
     rows = bench.export_overhead(write_pipeline(text))
     assert [r[0] for r in rows] == ["tiny_cnn/coreml/float16/none"]
     assert rows[0][1] > 0 and rows[0][2] > 0
+
+
+def test_zoo_coverage_counts_both_exporters(capsys, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bench = load("zoo_coverage")
+    rows = bench.main(["--models", "clip_text"])
+    assert [r.name for r in rows] == ["clip_text"] and rows[0].mlbench.ok and rows[0].plain is not None
+    out = capsys.readouterr().out
+    assert "mlbench export_coreml:                        1/1 converted" in out
+    assert len(bench.torchvision_models()) > 50  # classification and segmentation under 100M parameters
