@@ -73,7 +73,7 @@ def test_without_transformers_the_reason_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", None)  # import transformers raises ImportError
     with pytest.raises(ModelLoadError) as info:
         load_model(spec("transformers:BertModel", {"config": BERT}), 0, tmp_path)
-    assert str(info.value) == "transformers is not installed; install it with pip install 'mlbench[transformers]'"
+    assert str(info.value) == "transformers is not installed; install it with pip install 'mlbench-ondevice[transformers]'"
 
 
 def test_a_save_pretrained_folder_loads_with_the_same_outputs(tmp_path):
@@ -134,3 +134,22 @@ def test_a_pipeline_runs_an_encoder_and_a_decoder_on_every_backend(write_pipelin
     onnx = by_id["bert/onnxruntime/float32/cpu"]
     assert onnx.verify is not None and onnx.verify.max_rel < 1e-4
     assert [o.name for o in onnx.verify.outputs] == ["output.last_hidden_state", "output.pooler_output"]
+
+
+def test_w8a8_on_a_transformer_leaves_its_integer_ops_alone(write_pipeline):
+    from mlbench.run import run
+
+    text = PIPELINE.format(config=json.dumps(BERT)).replace(
+        "  - backend: torch\n  - backend: coreml\n    precision: [float16]\n  - backend: onnxruntime\n",
+        "  - backend: coreml\n    precision: [float16]\n    optimize: [none, w8a8]\n").replace(
+        "latency:", "exclude:\n  - {model: gpt2}\noptimizations:\n  w8a8: {kind: linear_quantize_activations}\n"
+                    "latency:").replace("float16: 5.0e-2,", "float16: 5.0e-2, w8a8: 0.25,")
+    report = run(load_pipeline(write_pipeline(text)), jobs=1)
+    records = {r.axes["optimize"]: r for r in report.records}
+    assert {k: (r.status, r.error) for k, r in records.items()} == {"none": ("ok", None), "w8a8": ("ok", None)}
+    w8a8 = records["w8a8"]
+    ops = report.artifacts[w8a8.artifact.key]["program"]["op_counts"]  # type: ignore[union-attr]
+    assert ops.get("quantize", 0) > 0
+    ratio = w8a8.metrics["size.weights"].value / records["none"].metrics["size.weights"].value  # type: ignore[operator]
+    assert ratio < 0.95  # int8 weights; tensors under 2048 elements (most of this tiny model) stay float16
+    assert w8a8.verify is not None and w8a8.verify.source == "emulated" and w8a8.verify.passed

@@ -1,5 +1,5 @@
 """Hugging Face transformers models, offline: from a config with random weights, or from a local
-`save_pretrained` folder. transformers is an optional extra (`pip install 'mlbench[transformers]'`),
+`save_pretrained` folder. transformers is an optional extra (`pip install 'mlbench-ondevice[transformers]'`),
 imported only when a model uses such a source.
 
     source: transformers:BertModel                      # the class: top-level, or dotted (models.x.modeling_x.Y)
@@ -29,7 +29,7 @@ def _transformers() -> Any:
     try:
         import transformers
     except ImportError:
-        raise ModelLoadError("transformers is not installed; install it with pip install 'mlbench[transformers]'"
+        raise ModelLoadError("transformers is not installed; install it with pip install 'mlbench-ondevice[transformers]'"
                              ) from None
     transformers.logging.set_verbosity_error()
     return transformers

@@ -160,7 +160,7 @@ class OnnxruntimeBackend(Backend):
         self._require_provider(ort, provider)
         artifact: OnnxArtifact = exported.payload
         session = self._session(ort, artifact.path, provider, self._session_options(ort))
-        feed = _feed(session, model)
+        feed = _feed(session, model, 0, model.alternative(variant.shape))
         run = session.run
         return CallTimer(lambda: run(None, feed))
 
