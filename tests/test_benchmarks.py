@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.torch  # both scripts run real models
 def load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script is executed
     spec.loader.exec_module(module)
     return module
 

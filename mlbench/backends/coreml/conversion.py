@@ -121,7 +121,7 @@ def _conversion_failure(stage: str, exc: BaseException, messages: list[str]) -> 
     return _PathFailed(stage, reason)
 
 
-def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink, items) -> Any:
+def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink, items=None) -> Any:
     import torch
 
     trace_warnings: list[str] = []
@@ -146,7 +146,7 @@ def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sin
         raise _conversion_failure("converting the trace failed", exc, sink) from exc
 
 
-def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink, items) -> Any:
+def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink, items=None) -> Any:
     import torch
 
     try:
