@@ -5,7 +5,6 @@ Reading a file into a validated `Pipeline` is `mlbench.config.load`. Nothing her
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 

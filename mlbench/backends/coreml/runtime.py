@@ -194,6 +194,6 @@ def prediction_timer(artifact: CoremlArtifact, model: LoadedModel, variant: Vari
     compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
     compiled, _compile_ms, _reused = compiled_model(ct, artifact.package)  # the same compiled model `run` loads
     mlmodel = ct.models.CompiledMLModel(str(compiled), compute_units=compute_units)
-    inputs = prediction_inputs(artifact, model)
+    inputs = prediction_inputs(artifact, model, model.alternative(variant.shape))
     predict = mlmodel.predict
     return CallTimer(lambda: predict(inputs))
