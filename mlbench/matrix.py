@@ -2,7 +2,9 @@
 `exclude` removes and `include` adds.
 
 A variant knows which of its axes shape the artifact, so a sweep of P precisions × U compute
-units is planned as P exports and P×U measurements.
+units is planned as P exports and P×U measurements. A model whose inputs have shape alternatives
+(or ranges) adds one measurement-only axis, `shape`, to each of its variants: one export, measured
+at every shape.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import itertools
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from mlbench.config.base import SHAPE_AXIS
 
 if TYPE_CHECKING:
     from mlbench.config.base import TargetBase
@@ -42,13 +46,20 @@ class Variant:
     def axis(self, name: str) -> str:
         return dict(self.axes)[name]
 
+    @property
+    def shape(self) -> str | None:
+        """The measured shape's label, for a model with shape alternatives (else None)."""
+        return dict(self.axes).get(SHAPE_AXIS)
+
     def fields(self) -> dict[str, str]:
         """Everything `exclude` can match on."""
         return {"model": self.model, "backend": self.backend, **dict(self.axes)}
 
 
-def _target_variants(model: str, index: int, target: TargetBase) -> list[Variant]:
-    values = target.axis_values()
+def _target_variants(model: str, shapes: list[str], index: int, target: TargetBase) -> list[Variant]:
+    values: dict[str, list[Any]] = target.axis_values()
+    if shapes:
+        values[SHAPE_AXIS] = shapes
     names = list(values)
     fixed = json.dumps(target.fixed_options(), sort_keys=True)
     return [
@@ -77,12 +88,14 @@ def matches(entry: dict[str, Any], variant: Variant) -> bool:
 def expand(config: PipelineConfig) -> list[Variant]:
     """All variants in a stable order: models, then targets, then axes as written. No duplicates."""
     variants: list[Variant] = []
+    shapes = {model.name: model.shape_labels() for model in config.models}
     for model in config.models:
         for index, target in enumerate(config.targets):
-            variants.extend(_target_variants(model.name, index, target))
+            variants.extend(_target_variants(model.name, shapes[model.name], index, target))
     variants = [v for v in variants if not any(matches(e, v) for e in config.exclude)]
     for offset, include in enumerate(config.include):
-        variants.extend(_target_variants(include.model, len(config.targets) + offset, include))
+        variants.extend(_target_variants(include.model, shapes.get(include.model, []), len(config.targets) + offset,
+                                         include))
     unique: dict[str, Variant] = {}
     for variant in variants:
         first = unique.setdefault(variant.id, variant)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.torch  # both scripts run real models
 def load(name: str):
     spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script is executed
     spec.loader.exec_module(module)
     return module
 
@@ -53,3 +55,14 @@ def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_t
     rows = bench.export_overhead(write_pipeline(text))
     assert [r[0] for r in rows] == ["tiny_cnn/coreml/float16/none"]
     assert rows[0][1] > 0 and rows[0][2] > 0
+
+
+def test_zoo_coverage_counts_both_exporters(capsys, monkeypatch):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    bench = load("zoo_coverage")
+    rows = bench.main(["--models", "clip_text"])
+    assert [r.name for r in rows] == ["clip_text"] and rows[0].mlbench.ok and rows[0].plain is not None
+    out = capsys.readouterr().out
+    assert "mlbench export_coreml:                        1/1 converted" in out
+    assert len(bench.torchvision_models()) > 50  # classification and segmentation under 100M parameters

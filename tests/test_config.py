@@ -78,7 +78,8 @@ def test_unknown_backend_suggests(write_pipeline):
 
 def test_missing_required_key_points_at_its_mapping(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("    source: torchvision:resnet18        # or", "    # or"))
-    assert error_lines(path) == [f"{path}:5:5: models[0]: missing required key 'source'"]
+    assert error_lines(path) == [f"{path}:5:5: models[0]: no source, but variant resnet18/torch/cpu/float32 needs "
+                                 "one: give the model a source, or exclude its variants that export"]
 
 
 def test_several_problems_each_get_a_line(write_pipeline):
@@ -95,8 +96,8 @@ def test_bad_model_source_and_name(write_pipeline):
     lines = error_lines(write_pipeline(text))
     assert lines[0].endswith("models[0].name: String should match pattern '^[A-Za-z0-9][A-Za-z0-9_.-]*$', got 'res/net'")
     assert lines[1].endswith(
-        "models[0].source: 'resnet18' is not a model source: use torchvision:NAME, pkg.module:factory "
-        "or path/to/file.py:Factory"
+        "models[0].source: 'resnet18' is not a model source: use torchvision:NAME, pkg.module:factory, "
+        "path/to/file.py:Factory, transformers:ClassName, path/model.pt2, path/model.pt or path/to/saved_dir"
     )
 
 
@@ -114,7 +115,7 @@ def test_exclude_with_unknown_field(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("{model: resnet18, device: cuda}", "{model: resnet18, devcie: cuda}"))
     assert error_lines(path) == [
         f"{path}:15:23: exclude[0].devcie: unknown variant field 'devcie'; did you mean 'device'? "
-        "(fields: model, backend, compute_units, device, optimize, precision, providers)"
+        "(fields: model, backend, compute_units, device, optimize, precision, providers, shape)"
     ]
 
 

@@ -330,7 +330,7 @@ def test_too_low_target_message(tmp_path):
         ("float16", {"kind": "quantize"}, "unknown optimization kind 'quantize'"),
         ("float16", {"kind": "palettize", "nbits": 5, "mode": "kmeans"}, "nbits must be one of 1, 2, 3, 4, 6, 8"),
         ("float16", {"kind": "palettize", "nbits": 4, "granularity": "per_grouped_channel"}, "group_size"),
-        ("float16", {"kind": "linear_quantize", "dtype": "int4"}, "dtype must be one of int8, uint8"),
+        ("float16", {"kind": "linear_quantize", "dtype": "int2"}, "dtype must be one of int8, uint8, int4, uint4"),
         ("float16", {"kind": "prune", "target_sparsity": 1.5}, "target_sparsity"),
     ],
 )

@@ -560,6 +560,19 @@ def test_sparse_forms():
     assert data.tolist() == [6.0, 2.0]
 
 
+def test_activation_quantize_and_dequantize():
+    x = np.array([[-1.0, 0.26, 0.5], [2.0, -0.3, 10.0]], np.float32)
+    q = run("quantize", input=x, scale=np.array([0.5, 0.1], np.float32), zero_point=np.array([0, 3], np.int8),
+            axis=0, output_dtype="int8")
+    assert q.dtype == np.int8 and q.tolist() == [[-2, 1, 1], [23, 0, 103]]  # round half to even, then clip
+    u = run("quantize", input=x, scale=np.float32(0.1), output_dtype="uint8")
+    assert u.tolist() == [[0, 3, 5], [20, 0, 100]]
+    back = run("dequantize", input=q, scale=np.array([0.5, 0.1], np.float16), zero_point=np.array([0, 3], np.int8),
+               axis=0)
+    assert back.dtype == np.float16
+    close(back, [[-1.0, 0.5, 0.5], [2.0, -0.3, 10.0]], tol=1e-3)
+
+
 def test_every_registered_kernel_is_checked_here():
     """Every op type the interpreter claims is named (quoted) in a check of this file."""
     from pathlib import Path

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from mlbench.records import ArtifactInfo, Latency, Metric, Placement, Verification
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 
 REFERENCE = "torch/cpu/float32"
 """The variant every other is verified against: eager PyTorch, float32, on the CPU."""
+
+
+NO_SOURCE = "no model source to compare with (the model names only existing artifacts)"
+"""Why a variant measured from an existing artifact has no verification."""
 
 
 class VariantSkipped(Exception):
@@ -86,6 +91,11 @@ class Backend:
         self.target = target
         self.config = config
         self.cache = cache
+        self.base_dir: Path | None = None  # the pipeline file's folder (set by the runner)
+
+    def resolve(self, path: Path) -> Path:
+        """A path from the pipeline file, relative to its folder unless absolute."""
+        return path if path.is_absolute() or self.base_dir is None else (self.base_dir / path).resolve()
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         """Build (or fetch from the cache) what the variant's artifact axes describe."""
@@ -127,6 +137,14 @@ def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None 
         if verify.top1_agreement is not None:
             metrics["verify.top1_agreement"] = Metric(value=verify.top1_agreement, unit="ratio", source=verify.source)
     return metrics
+
+
+def existing_artifact_info(path: Path, export_path: str) -> ArtifactInfo:
+    """An artifact the user already has: no export; its key is the sha256 of its bytes."""
+    from mlbench.store.hashing import path_size, sha256_path
+
+    return ArtifactInfo(key=sha256_path(path), cache_hit=False, export_seconds=0.0, path=str(path),
+                        size_bytes=path_size(path), export_path=export_path)
 
 
 def placement_metrics(placement: Placement) -> dict[str, Metric]:

@@ -7,6 +7,7 @@ whole pipeline config (and without importing torch).
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import (
@@ -25,6 +26,10 @@ T = TypeVar("T")
 
 NO_OPTIMIZATION = "none"
 """The `optimize` axis value meaning "no weight compression"; never a recipe's name."""
+
+SHAPE_AXIS = "shape"
+"""The measurement axis a model adds to every variant when its inputs have shape alternatives or
+ranges: one value per measured shape (its flexible sizes, e.g. `128`). One export serves them all."""
 
 
 def suggest(word: str, choices: list[str]) -> str:
@@ -132,6 +137,14 @@ class TargetBase(StrictModel):
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         """Checks that need the whole pipeline: (place within this target, message) pairs."""
         return []
+
+    def existing_artifact(self) -> tuple[str, Path] | None:
+        """(key, path) when the target measures a file the user already has (no export, no model source
+        needed), else None."""
+        return None
+
+    def uses_existing_artifact(self) -> bool:
+        return self.existing_artifact() is not None
 
     def fixed_options(self) -> dict[str, Any]:
         """Non-axis options (the same for every variant of this target), JSON-ready."""

@@ -10,7 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from mlbench.config.base import suggest
+from mlbench.config.base import SHAPE_AXIS, suggest
+from mlbench.config.model_checks import check_models, sourceless_variants
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
 from mlbench.errors import UserError
 
@@ -135,7 +136,9 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
     for i, include in enumerate(config.include):
         if include.model not in model_names:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
-    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes})
+    for loc, what in check_models(config, Path(loaded.path).parent):
+        error(loc, what)
+    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS})
     for i, entry in enumerate(config.exclude):
         if not entry:
             error(("exclude", i), "an empty exclude entry would match every variant")
@@ -155,6 +158,8 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
             error(second, f"gives variant {exc.variant_id} again, with other options than {format_where(first)}; "
                   "a variant id must name one configuration")
             return errors
+        for loc, what in sourceless_variants(config, variants):
+            error(loc, what)
         if not variants:
             section_loc: tuple[str | int, ...] = ("exclude",) if config.exclude else ("targets",)
             error(section_loc, "the matrix is empty: every variant is excluded", key=True)

@@ -5,8 +5,6 @@ Reading a file into a validated `Pipeline` is `mlbench.config.load`. Nothing her
 
 from __future__ import annotations
 
-import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
@@ -14,54 +12,22 @@ from pydantic import AfterValidator, Field, create_model, field_validator, model
 
 from mlbench.backends.registry import specs
 from mlbench.config.base import MAX_LIMIT_S, NO_OPTIMIZATION, Limits, StrictModel, TargetBase
+from mlbench.config.models import (
+    SAFE_NAME,
+    SAFE_NAME_RE,
+    SOURCE_PATTERN,
+    InputDtype,
+    ModelInput,
+    ModelSpec,
+    ShapeRange,
+)
 
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-"""For pydantic's `pattern` (its regex engine's `$` is the end of the text); Python code uses SAFE_NAME_RE."""
-SAFE_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # always fullmatch: re's `$` matches before a final newline
-SOURCE_PATTERN = re.compile(r"torchvision:[A-Za-z_]\w*|[A-Za-z_][\w.]*:[A-Za-z_][\w.]*|[^:\n]+\.py:[A-Za-z_][\w.]*")
 MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
-MAX_INPUT_ELEMENTS = 2**31 - 1  # 8 GB of float32 in one input: past this a shape is a typo
 MAX_REPEATS = 1_000_000
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
-InputDtype = Literal["float32", "float16", "bfloat16", "int64", "int32", "bool"]
 
-
-class ModelInput(StrictModel):
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", description="Input name used by exported models.")
-    shape: list[Annotated[int, Field(ge=1)]] = Field(min_length=1, description="Static shape, e.g. [1, 3, 224, 224].")
-    dtype: InputDtype = Field(default="float32", description="Element type; floats are seeded normal values.")
-
-
-class ModelSpec(StrictModel):
-    name: str = Field(pattern=SAFE_NAME, description="Safe identifier: letters, digits, - _ . (used in variant ids).")
-    source: str = Field(
-        description='"torchvision:NAME", "pkg.module:factory" or "path/to/file.py:Factory" (relative to this file).'
-    )
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Keyword arguments for the factory.")
-    inputs: list[ModelInput] = Field(min_length=1, description="Inputs, in the order forward() takes them.")
-
-    @field_validator("source")
-    @classmethod
-    def _source_shape(cls, value: str) -> str:
-        if not SOURCE_PATTERN.fullmatch(value):
-            raise ValueError(
-                f"{value!r} is not a model source: use torchvision:NAME, pkg.module:factory or path/to/file.py:Factory"
-            )
-        return value
-
-    @field_validator("inputs")
-    @classmethod
-    def _inputs_fit(cls, inputs: list[ModelInput]) -> list[ModelInput]:
-        names = [i.name for i in inputs]
-        for name in names:
-            if names.count(name) > 1:
-                raise ValueError(f"input name '{name}' is used twice; forward() takes each input once")
-        for i in inputs:
-            elements = math.prod(i.shape)
-            if elements > MAX_INPUT_ELEMENTS:
-                raise ValueError(f"input '{i.name}' of shape {i.shape} has {elements:,} elements; "
-                                 f"at most {MAX_INPUT_ELEMENTS:,} (2^31 - 1) are allowed")
-        return inputs
+__all__ = ["SAFE_NAME", "SAFE_NAME_RE", "SOURCE_PATTERN", "InputDtype", "ModelInput", "ModelSpec", "PipelineConfig",
+           "ShapeRange"]
 
 
 class LatencySettings(StrictModel):

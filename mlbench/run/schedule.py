@@ -46,13 +46,18 @@ def parameter_counts(config: PipelineConfig, base_dir: Path, models: set[str]) -
     """model name → parameter count, built on the meta device; models that cannot be built so are left out."""
     import torch
 
-    from mlbench.sources.loading import resolve_factory
+    from mlbench.sources.loading import build_module, resolve_factory
 
     counts: dict[str, int] = {}
     for spec in config.models:
-        if spec.name not in models:
-            continue
+        if spec.name not in models or spec.source is None or spec.source_kind == "saved":
+            continue  # saved files are not built on the meta device; a model without a source exports nothing
         try:
+            if spec.source_kind == "transformers":
+                with torch.device("meta"):
+                    module = build_module(spec, base_dir)[0]
+                counts[spec.name] = sum(p.numel() for p in module.parameters())
+                continue
             factory = resolve_factory(spec.source, base_dir)
             if isinstance(factory, torch.nn.Module):
                 module = factory

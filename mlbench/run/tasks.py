@@ -75,7 +75,9 @@ class WorkContext:
     def backend(self, variant: Variant) -> Backend:
         if variant.target_index not in self._backends:
             target = [*self.config.targets, *self.config.include][variant.target_index]
-            self._backends[variant.target_index] = backend_class(target.backend)(target, self.config, self.cache)
+            backend = backend_class(target.backend)(target, self.config, self.cache)
+            backend.base_dir = self.base_dir
+            self._backends[variant.target_index] = backend
         return self._backends[variant.target_index]
 
     def model(self, name: str) -> Any:

@@ -1,8 +1,11 @@
 """Model sources: build a PyTorch model from a pipeline entry, under the pipeline's seed.
 
 Sources: `torchvision:NAME`, `pkg.module:factory`, `path/to/file.py:Factory` (relative to the
-pipeline file). A factory is called with the entry's kwargs; an nn.Module instance is used as is.
-torch is imported here, never on the validate path.
+pipeline file); `transformers:ClassName` (``huggingface``); saved files and folders (``saved``).
+A factory is called with the entry's kwargs; an nn.Module instance is used as is. Models that take
+their inputs by name or return nested outputs are wrapped (``binding``) so every exporter sees
+forward(*tensors) -> tuple. A model without a source (only existing artifacts are measured) has no
+module and no reference outputs. Inputs: ``inputs``. torch is imported here, never on the validate path.
 """
 
 from __future__ import annotations
@@ -17,49 +20,87 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.sources.errors import ModelLoadError
+from mlbench.sources.inputs import InputMaker
+
 if TYPE_CHECKING:
     import numpy as np
     import torch
 
-    from mlbench.config.pipeline import ModelSpec
-
-_TORCH_DTYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16",
-                 "int64": "int64", "int32": "int32", "bool": "bool"}
+    from mlbench.config.models import ModelSpec
 
 
-class ModelLoadError(Exception):
-    """The model could not be built: recorded as the failure of each of its variants."""
+__all__ = ["LoadedModel", "ModelLoadError", "flatten_outputs", "load_model", "make_inputs", "module_digest"]
+
+
+def flatten_outputs(output: Any, prefix: str = "output") -> list[tuple[str, Any]]:
+    """Named tensors from a tensor, tuple, list, dict or namedtuple (see ``binding``)."""
+    from mlbench.sources.binding import flatten_outputs as flatten
+
+    return flatten(output, prefix)
 
 
 @dataclass
 class LoadedModel:
-    """A model ready to export and measure: eval mode, float32, CPU, with its seeded inputs."""
+    """A model ready to export and measure: eval mode, float32, CPU, with its seeded inputs.
+
+    `module` is None for a model without a source; then `reference` is empty and `has_source` False.
+    """
 
     spec: ModelSpec
-    module: torch.nn.Module
+    module: torch.nn.Module | None
     example_inputs: list[torch.Tensor]
     reference: list[tuple[str, np.ndarray]]  # eager float32 CPU outputs, flattened and named
     seed: int = 0
+    maker: InputMaker | None = field(default=None, repr=False)
+    source_digest: str | None = field(default=None, repr=False)  # a saved file's bytes, when there is one
     _digest: str | None = field(default=None, repr=False)
-    _samples: dict[int, tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]] = field(
+    _samples: dict[tuple[int, int], tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]] = field(
         default_factory=dict, repr=False)
 
-    def sample(self, index: int) -> tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]:
-        """Seeded input set `index` and eager float32's outputs for it; 0 is the example inputs.
+    @property
+    def has_source(self) -> bool:
+        return self.module is not None
+
+    @property
+    def torch_module(self) -> torch.nn.Module:
+        """The module to export or run; ModelLoadError for a model without a source."""
+        if self.module is None:
+            raise ModelLoadError(f"model '{self.spec.name}' has no source: there is nothing to export or run")
+        return self.module
+
+    def sample(self, index: int, alternative: int = 0) -> tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]:
+        """Seeded input set `index` at shape alternative `alternative`, and eager float32's outputs for it
+        (empty without a source); (0, 0) is the example inputs.
 
         Sample k draws its inputs under seed + k, so every backend and every run sees the same sets.
         """
-        if index == 0:
+        if index == 0 and alternative == 0:
             return self.example_inputs, self.reference
-        if index not in self._samples:
-            import torch
+        key = (index, alternative)
+        if key not in self._samples:
+            maker = self.maker or InputMaker(self.spec, self.seed)
+            inputs = maker.make(index, alternative)
+            self._samples[key] = (inputs, self.run_reference(inputs))
+        return self._samples[key]
 
-            inputs = make_inputs(self.spec, self.seed + index)
-            with torch.inference_mode():
-                output = self.module(*inputs)
-            self._samples[index] = (inputs, [(name, t.detach().float().cpu().numpy())
-                                             for name, t in flatten_outputs(output)])
-        return self._samples[index]
+    def run_reference(self, inputs: list[torch.Tensor]) -> list[tuple[str, np.ndarray]]:
+        """Eager float32's named outputs for `inputs` ([] without a source)."""
+        if self.module is None:
+            return []
+        import torch
+
+        with torch.inference_mode():
+            output = self.module(*inputs)
+        names = [name for name, _ in self.reference]
+        flat = flatten_outputs(output)
+        return [(names[i] if i < len(names) else name, t.detach().float().cpu().numpy())
+                for i, (name, t) in enumerate(flat)]
+
+    def alternative(self, shape_label: str | None) -> int:
+        """The shape alternative a variant's `shape` axis value names (0 when it has none)."""
+        labels = self.spec.shape_labels()
+        return labels.index(shape_label) if shape_label in labels else 0
 
     @property
     def input_names(self) -> list[str]:
@@ -69,7 +110,7 @@ class LoadedModel:
     def digest(self) -> str:
         """sha256 of the model's code, structure, weights and inputs: what an export depends on."""
         if self._digest is None:
-            self._digest = module_digest(self.module, self.example_inputs)
+            self._digest = module_digest(self.torch_module, self.example_inputs, extra=self.source_digest)
         return self._digest
 
 
@@ -126,65 +167,72 @@ def resolve_factory(source: str, base_dir: Path) -> Any:
     return obj
 
 
-def make_inputs(spec: ModelSpec, seed: int) -> list[torch.Tensor]:
-    """Seeded example inputs: normal floats, small non-negative integers, random booleans."""
+def make_inputs(spec: ModelSpec, seed: int, base_dir: Path | None = None) -> list[torch.Tensor]:
+    """Seeded example inputs (input set 0 at the first shape alternative); see ``inputs``."""
+    return InputMaker(spec, seed, base_dir).make(0, 0)
+
+
+def build_module(spec: ModelSpec, base_dir: Path) -> tuple[Any, str | None]:
+    """(the nn.Module a source names, the sha256 of its saved file or None). Raises ModelLoadError."""
+    kind = spec.source_kind
+    assert spec.source is not None
+    if kind == "transformers":
+        from mlbench.sources.huggingface import from_config
+
+        return from_config(spec.source.partition(":")[2], spec.kwargs), None
+    if kind == "saved":
+        from mlbench.sources.saved import file_digest, load_saved
+
+        path = (base_dir / spec.source).resolve()
+        module = load_saved(path, spec.kwargs)
+        return module, file_digest(path)
+    factory = resolve_factory(spec.source, base_dir)
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    tensors = []
-    for item in spec.inputs:
-        dtype = getattr(torch, _TORCH_DTYPES[item.dtype])
-        if dtype.is_floating_point:
-            tensors.append(torch.randn(item.shape, generator=generator).to(dtype))
-        elif dtype == torch.bool:
-            tensors.append(torch.randint(0, 2, item.shape, generator=generator).bool())
-        else:
-            tensors.append(torch.randint(0, 10, item.shape, generator=generator, dtype=dtype))
-    return tensors
-
-
-def flatten_outputs(output: Any, prefix: str = "output") -> list[tuple[str, Any]]:
-    """Named tensors from a tensor, tuple, list, dict or namedtuple, in a stable order."""
-    import torch
-
-    if isinstance(output, torch.Tensor):
-        return [(prefix, output)]
-    if isinstance(output, dict):
-        return [item for key in output for item in flatten_outputs(output[key], f"{prefix}.{key}")]
-    if isinstance(output, (list, tuple)):
-        return [item for i, value in enumerate(output) for item in flatten_outputs(value, f"{prefix}.{i}")]
-    raise ModelLoadError(f"model output of type {type(output).__name__} is not a tensor, tuple, list or dict")
+    if isinstance(factory, torch.nn.Module):
+        if spec.kwargs:
+            raise ModelLoadError(f"'{spec.source}' is a module instance; it takes no kwargs")
+        return factory, None
+    if callable(factory):
+        try:
+            return factory(**spec.kwargs), None
+        except Exception as exc:
+            raise ModelLoadError(f"building '{spec.source}' failed: {type(exc).__name__}: {exc}") from exc
+    raise ModelLoadError(f"'{spec.source}' is neither a factory nor an nn.Module")
 
 
 def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
     """Build the model under the seed, check it runs on its inputs, and keep its float32 outputs."""
     import torch
 
-    factory = resolve_factory(spec.source, base_dir)
+    from mlbench.sources.binding import BoundModule, needs_binding
+
+    try:
+        maker = InputMaker(spec, seed, base_dir)
+    except ValueError as exc:  # a values file that changed since validation
+        raise ModelLoadError(str(exc)) from exc
+    inputs = maker.make(0, 0)
+    if spec.source is None:
+        return LoadedModel(spec=spec, module=None, example_inputs=inputs, reference=[], seed=seed, maker=maker)
     seed_everything(seed)
-    if isinstance(factory, torch.nn.Module):
-        if spec.kwargs:
-            raise ModelLoadError(f"'{spec.source}' is a module instance; it takes no kwargs")
-        module = factory
-    elif callable(factory):
-        try:
-            module = factory(**spec.kwargs)
-        except Exception as exc:
-            raise ModelLoadError(f"building '{spec.source}' failed: {type(exc).__name__}: {exc}") from exc
-    else:
-        raise ModelLoadError(f"'{spec.source}' is neither a factory nor an nn.Module")
+    module, source_digest = build_module(spec, base_dir)
     if not isinstance(module, torch.nn.Module):
         raise ModelLoadError(f"'{spec.source}' returned {type(module).__name__}, not a torch.nn.Module")
-    module = module.float().eval()
-    inputs = make_inputs(spec, seed)
+    if not isinstance(module, torch.jit.ScriptModule):
+        module = module.float()
+    module = module.eval()
+    names = [i.name for i in spec.inputs]
     try:
         with torch.inference_mode():
-            output = module(*inputs)
+            output = module(**dict(zip(names, inputs))) if spec.keyword_inputs else module(*inputs)
     except Exception as exc:
-        shapes = ", ".join(f"{i.name}{list(i.shape)}" for i in spec.inputs)
+        shapes = ", ".join(f"{i.name}{i.default_shape}" for i in spec.inputs)
         raise ModelLoadError(f"model does not run on its inputs ({shapes}): {_first_line(exc)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]
-    return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference, seed=seed)
+    if needs_binding(output, spec.keyword_inputs):
+        module = BoundModule(module, names if spec.keyword_inputs else None).eval()
+    return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference, seed=seed,
+                       maker=maker, source_digest=source_digest)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -192,7 +240,7 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
+def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor], extra: str | None = None) -> str:
     """sha256 over the source of every module class used, the module tree, weights and inputs.
 
     The class sources catch an edited forward(); the state dict catches new weights; the input
@@ -215,4 +263,6 @@ def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor]) -> str:
         digest.update(t.reshape(-1).view(dtype=torch.uint8).numpy().tobytes() if t.numel() else b"")
     for tensor in inputs:
         digest.update(f"input:{tensor.dtype}:{list(tensor.shape)}\n".encode())
+    if extra is not None:  # a saved file's own bytes (TorchScript code is not in any class source)
+        digest.update(f"file:{extra}\n".encode())
     return digest.hexdigest()

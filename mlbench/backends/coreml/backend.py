@@ -8,10 +8,19 @@ from __future__ import annotations
 
 import functools
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, placement_metrics
+from mlbench.backends.base import (
+    Backend,
+    CallTimer,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    existing_artifact_info,
+    placement_metrics,
+)
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
@@ -20,8 +29,6 @@ from mlbench.machine import package_version
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from mlbench.backends.coreml.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
@@ -37,7 +44,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None,
         "backend": "coreml",
         "format": "mlprogram",
         "model_digest": model.digest,
-        "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
+        "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
         "versions": {"coremltools": package_version("coremltools"), "torch": package_version("torch"), "mlbench": __version__},
     }
@@ -72,20 +79,28 @@ class CoremlBackend(Backend):
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
         precision = variant.axis("precision")
-        recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")))
-        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe)
+        if self.target.package is not None:
+            return self._existing(self.resolve(self.target.package), precision)
+        recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
+        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
+                                                    enumerated_inputs=model.spec.enumerated_inputs)
+        calibration = (calibration_data(model, self.config.verify.samples)
+                       if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
 
         def export(folder: Path) -> ExportResult:
-            return export_coreml(model.module, model.example_inputs, model.input_names, precision=precision,
-                                 optimization=recipe, deployment_target=deployment_target, dest=folder)
+            return export_coreml(model.torch_module, model.example_inputs, model.input_names, precision=precision,
+                                 optimization=recipe, deployment_target=deployment_target, dest=folder,
+                                 inputs=list(model.spec.inputs), calibration=calibration)
 
         def own_facts(result: ExportResult) -> dict[str, Any]:
             return {"deployment_target": result.deployment_target,
                     # derived from the package and stored beside it, so a cache hit needs no coremltools
                     "analysis": analyse_package(result.artifact).model_dump(mode="json")}
 
-        cached = build_cached(self.cache, artifact_key_inputs(model, precision, recipe, deployment_target), export,
-                              label=variant.artifact_id, own_facts=own_facts)
+        key_inputs = artifact_key_inputs(model, precision, recipe, deployment_target)
+        if calibration is not None:  # the calibration data shapes an activation-quantized package
+            key_inputs["calibration"] = _digest_feeds(calibration)
+        cached = build_cached(self.cache, key_inputs, export, label=variant.artifact_id, own_facts=own_facts)
         stored = cached.meta.get("analysis")
         analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(cached.path)})
                     if stored else analyse_package(cached.path))
@@ -105,6 +120,21 @@ class CoremlBackend(Backend):
 
         return prediction_timer(exported.payload, model, variant)
 
+    def _existing(self, path: Path, precision: str) -> Exported:
+        """A package the user already has: analysed and measured as it is (no export, no cache)."""
+        from mlbench.backends.coreml.analysis import analyse_package
+        from mlbench.backends.coreml.deployment import ExportError
+
+        if path.suffix != ".mlpackage" and path.suffix != ".mlmodel":
+            raise ExportError(f"{path.name} is not a Core ML package (.mlpackage or .mlmodel)")
+        analysis = analyse_package(path)
+        declared = {"FLOAT16": "float16", "FLOAT32": "float32"}.get(analysis.precision)
+        if declared is not None and declared != precision:
+            raise ExportError(f"{path.name} computes in {declared}, not {precision}: set precision: {declared}")
+        info = existing_artifact_info(path, "existing package")
+        details = {"program": analysis.model_dump(mode="json"), "export": {"existing": str(path)}}
+        return Exported(payload=CoremlArtifact(path, analysis), info=info, details=details)
+
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
@@ -112,11 +142,12 @@ class CoremlBackend(Backend):
 
         def emulate() -> tuple[Any, str | None]:
             return emulated_verification(
-                artifact, model, samples=self.config.verify.samples,
+                artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
                 tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
 
         if sys.platform != "darwin":
-            placement = placement_for(artifact, compute_units)
+            placement = with_reshape_note(placement_for(artifact, compute_units), artifact,
+                                          self.target.reshape_frequency)
             metrics.update(placement_metrics(placement))
             details = self._estimates(artifact, placement, metrics)
             emulated, why_not = emulate()
@@ -135,7 +166,8 @@ class CoremlBackend(Backend):
         # else (the plan, the interpreter) runs in this process before the timing loop
         result = measure_package(artifact, model, variant, self.config, metrics)
         compiled = result.details.get("compiled_model")
-        result.placement = placement_for(artifact, compute_units, Path(compiled) if compiled else None)
+        result.placement = with_reshape_note(placement_for(artifact, compute_units, Path(compiled) if compiled else None),
+                                             artifact, self.target.reshape_frequency)
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         emulated, why_not = emulate()
@@ -177,6 +209,42 @@ def machine_chip() -> str | None:
 
 def _not_macos() -> str:
     return NOT_MACOS.format(system={"linux": "Linux", "win32": "Windows"}.get(sys.platform, sys.platform))
+def calibration_data(model: LoadedModel, verify_samples: int) -> list[dict[str, Any]]:
+    """Input dicts to calibrate activation quantization on: the model's real samples (`values:`) if it has
+    any, else the verify.samples seeded input sets."""
+    from mlbench.backends.coreml.emulated_verify import package_feeds
+
+    count = (model.maker.value_samples if model.maker is not None else None) or verify_samples
+    return [package_feeds(model, model.sample(index)[0]) for index in range(count)]
+
+
+def _digest_feeds(feeds: list[dict[str, Any]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for feed in feeds:
+        for name, array in feed.items():
+            digest.update(f"{name}:{array.dtype}:{list(array.shape)}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def with_reshape_note(placement: Any, artifact: CoremlArtifact, frequency: str | None) -> Any:
+    """The placement, its note naming the flexible inputs and the reshape-frequency hint they ran with."""
+    flexible = [i.name for i in artifact.analysis.inputs if i.flexible]
+    if flexible and placement.note is not None:
+        placement.note += " " + reshape_note(flexible, frequency)
+    return placement
+
+
+def reshape_note(flexible: list[str], frequency: str | None) -> str:
+    """What the placement note says about flexible inputs and the reshape-frequency hint."""
+    names = ", ".join(flexible)
+    if frequency is None:
+        return (f"Flexible input(s) {names}: Core ML may re-plan for each new shape; on iOS17.4+/macOS14.4+ "
+                "reshape_frequency: infrequent lets it specialise for a shape and keep it.")
+    return (f"Flexible input(s) {names}: loaded with reshape_frequency {frequency} (iOS17.4+/macOS14.4+; "
+            "the estimate does not model it).")
 
 
 def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path | None = None):

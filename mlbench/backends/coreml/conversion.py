@@ -16,11 +16,15 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.coreml.deployment import ExportError, InvalidExportOptions
+from mlbench.backends.coreml.input_types import input_types, needs_input_types
 from mlbench.backends.coreml.messages import MAX_MESSAGE_CHARS, coremltools_captured, shorten_coremltools_message
+from mlbench.backends.flexible import dynamic_shapes
 from mlbench.errors import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from mlbench.config.models import ModelInput
 
 __all__ = ["EXPORT_PATH_TORCH_EXPORT", "EXPORT_PATH_TRACE", "check_input_names", "convert_module"]
 
@@ -62,20 +66,23 @@ def convert_options(ct: Any, precision: str, target_name: str) -> dict[str, Any]
 
 def convert_module(
     ct: Any, module: torch.nn.Module, example_inputs: list[torch.Tensor], input_names: list[str],
-    convert_kwargs: dict[str, Any], sink: list[str],
+    convert_kwargs: dict[str, Any], sink: list[str], items: list[ModelInput] | None = None,
 ) -> tuple[Any, str, str | None]:
     """(ML program, the path that made it, why the first path failed or None).
 
-    Warnings of the path that made the model land in ``sink``. Raises ExportError with a one-line
-    message (and each path's reason) when neither path produces a model.
+    ``items`` (the pipeline's inputs) give flexible shapes and image inputs (``input_types``); without
+    them each input is a tensor of its example's shape. Warnings of the path that made the model land in
+    ``sink``. Raises ExportError with a one-line message (and each path's reason) when neither path
+    produces a model.
     """
     try:
-        return _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink), EXPORT_PATH_TRACE, None
+        mlmodel = _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink, items)
+        return mlmodel, EXPORT_PATH_TRACE, None
     except _PathFailed as first:
         fallback_reason = one_line(f"{first.stage}: {first.reason}")
         sink.clear()  # warnings from the abandoned path are not about the artifact
         try:
-            mlmodel = _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink)
+            mlmodel = _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink, items)
             return mlmodel, EXPORT_PATH_TORCH_EXPORT, fallback_reason
         except _PathFailed as second:
             # The converter's own complaint (e.g. an op without a converter) is the most useful;
@@ -114,20 +121,7 @@ def _conversion_failure(stage: str, exc: BaseException, messages: list[str]) -> 
     return _PathFailed(stage, reason)
 
 
-def _tensor_type(ct: Any, name: str, tensor: torch.Tensor) -> Any:
-    import numpy as np
-    import torch
-
-    dtype: type[np.generic] | None = None
-    if tensor.dtype in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        dtype = np.int32
-    elif tensor.dtype == torch.bool:
-        dtype = np.bool_
-    # float inputs: coremltools' default (float32, or float16 for float16 programs at iOS16+).
-    return ct.TensorType(name=name, shape=tuple(tensor.shape), dtype=dtype)
-
-
-def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink) -> Any:
+def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sink, items=None) -> Any:
     import torch
 
     trace_warnings: list[str] = []
@@ -144,7 +138,7 @@ def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sin
             reason = shorten_coremltools_message(message.split(": ", 1)[-1].split(". Detailed error")[0])
             raise _PathFailed("torch.jit.trace failed its check", reason)
     sink.extend(trace_warnings)
-    inputs = [_tensor_type(ct, n, t) for n, t in zip(input_names, example_inputs)]
+    inputs = input_types(ct, input_names, example_inputs, items)
     try:
         with coremltools_captured(sink):
             return ct.convert(traced, inputs=inputs, **convert_kwargs)
@@ -152,19 +146,21 @@ def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sin
         raise _conversion_failure("converting the trace failed", exc, sink) from exc
 
 
-def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink) -> Any:
+def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink, items=None) -> Any:
     import torch
 
     try:
         with coremltools_captured(sink), torch.no_grad():
-            program = torch.export.export(module, tuple(example_inputs)).run_decompositions({})
+            program = torch.export.export(module, tuple(example_inputs),
+                                          dynamic_shapes=dynamic_shapes(items, module)).run_decompositions({})
     except Exception as exc:
         raise _PathFailed("torch.export failed", shorten_coremltools_message(exc)) from exc
     try:
         with coremltools_captured(sink):
-            # coremltools takes the inputs (names, shapes, dtypes) from the ExportedProgram and
-            # rejects an ``inputs`` argument for it.
-            mlmodel = ct.convert(program, **convert_kwargs)
+            # coremltools takes the inputs (names, shapes, dtypes) from the ExportedProgram; given ones
+            # (flexible shapes, images) must agree with it
+            given = input_types(ct, input_names, example_inputs, items) if needs_input_types(items) else None
+            mlmodel = ct.convert(program, inputs=given, **convert_kwargs) if given else ct.convert(program, **convert_kwargs)
             return _rename_inputs(ct, mlmodel, input_names)
     except Exception as exc:
         raise _conversion_failure("converting the exported program failed", exc, sink) from exc

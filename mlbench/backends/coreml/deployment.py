@@ -12,8 +12,15 @@ Deployment-target rules (coremltools 9.0, verified in its source):
   below iOS18); 3-bit palettization needs iOS18 because the iOS16 ``constexpr_lut_to_dense`` op
   only takes LUTs of 2, 4, 16, 64 or 256 entries (1, 2, 4, 6, 8 bits;
   ``converters/mil/mil/ops/defs/iOS16/constexpr_ops.py``).
-* int8/uint8 per-channel weight quantization and magnitude pruning need only iOS16
-  (4-bit and per-block quantization would need iOS18; not offered here).
+* int8/uint8 per-channel weight quantization and magnitude pruning need only iOS16; 4-bit
+  (int4/uint4) and per_block quantization need iOS18 (``linear_quantize_weights`` raises below it:
+  ``constexpr_blockwise_shift_scale`` and the 4-bit types are iOS18 ops and types).
+* activation quantization (``linear_quantize_activations``) needs iOS17 (its ``quantize`` /
+  ``dequantize`` ops are iOS17 ops).
+* joint compression (a chain: e.g. prune then palettize, ``joint_compression=True``) needs iOS18,
+  and the highest of its steps' needs.
+* enumerated shapes on more than one input need iOS18 (``ct.convert``: "Expected a single enumerated
+  shape input for deployment targets below iOS 18").
 """
 
 from __future__ import annotations
@@ -48,8 +55,10 @@ _LEVEL_TO_IOS = {level: f"iOS{level}" for level in (15, 16, 17, 18, 26)}
 _PALETTIZE_NBITS = (1, 2, 3, 4, 6, 8)
 _PALETTIZE_MODES = ("kmeans", "uniform")
 _PALETTIZE_GRANULARITIES = ("per_tensor", "per_grouped_channel")
-_QUANT_DTYPES = ("int8", "uint8")
+_QUANT_DTYPES = ("int8", "uint8", "int4", "uint4")
 _QUANT_MODES = ("linear_symmetric", "linear")
+_QUANT_GRANULARITIES = ("per_tensor", "per_channel", "per_block")
+_CHAIN_STEPS = ("palettize", "linear_quantize", "prune")
 
 
 class ExportError(ReportableError):
@@ -129,11 +138,27 @@ def validate_optimization(optimization: dict | None) -> None:
         elif group_size is not None:
             raise InvalidExportOptions("palettize: group_size is only allowed with per_grouped_channel")
     elif kind == "linear_quantize":
-        unknown_keys({"dtype", "mode"})
+        unknown_keys({"dtype", "mode", "granularity", "block_size"})
         if optimization.get("dtype", "int8") not in _QUANT_DTYPES:
             raise bad("dtype", _QUANT_DTYPES)
         if optimization.get("mode", "linear_symmetric") not in _QUANT_MODES:
             raise bad("mode", _QUANT_MODES)
+        if optimization.get("granularity", "per_channel") not in _QUANT_GRANULARITIES:
+            raise bad("granularity", _QUANT_GRANULARITIES)
+        if (optimization.get("granularity") == "per_block") != (optimization.get("block_size") is not None):
+            raise InvalidExportOptions("linear_quantize: block_size goes with granularity per_block, and only with it")
+    elif kind == "linear_quantize_activations":
+        unknown_keys({"weights"})
+    elif kind == "chain":
+        unknown_keys({"steps"})
+        steps = optimization.get("steps")
+        if not isinstance(steps, list) or len(steps) < 2:
+            raise InvalidExportOptions("chain: steps must list at least two recipes")
+        for step in steps:
+            if not isinstance(step, dict) or step.get("kind") not in _CHAIN_STEPS:
+                raise InvalidExportOptions(f"chain: each step is a {', '.join(_CHAIN_STEPS)} recipe, not "
+                                           f"{step.get('kind') if isinstance(step, dict) else step!r}")
+            validate_optimization(step)
     elif kind == "prune":
         unknown_keys({"target_sparsity"})
         sparsity = optimization.get("target_sparsity")
@@ -145,7 +170,8 @@ def validate_optimization(optimization: dict | None) -> None:
             raise InvalidExportOptions(f"prune: target_sparsity must be a number in [0, 1], not {sparsity!r}")
     else:
         raise InvalidExportOptions(
-            f"unknown optimization kind {kind!r}; valid: palettize, linear_quantize, prune"
+            f"unknown optimization kind {kind!r}; valid: palettize, linear_quantize, prune, "
+            "linear_quantize_activations, chain"
         )
 
 
@@ -154,35 +180,52 @@ def _validate_precision(precision: str) -> None:
         raise InvalidExportOptions(f"precision must be float32 or float16, not {precision!r}")
 
 
-def _requirement(precision: str, optimization: dict | None) -> tuple[int, str]:
+def _requirement(precision: str, optimization: dict | None, enumerated_inputs: int = 0) -> tuple[int, str]:
     """(iOS level, why) — the lowest target the options need and the option that needs it."""
     _validate_precision(precision)
     validate_optimization(optimization)
     level, why = 15, f"an ML program ({precision})"
     if optimization is not None:
-        kind = optimization["kind"]
-        level, why = 16, kind
-        if kind == "palettize":
-            if optimization.get("granularity", "per_tensor") == "per_grouped_channel":
-                level, why = 18, "palettize per_grouped_channel"
-            elif optimization["nbits"] == 3:
-                level, why = 18, "palettize nbits=3"
+        level, why = _recipe_requirement(optimization)
+    if enumerated_inputs > 1 and level < 18:
+        # coremltools: "Expected a single enumerated shape input for deployment targets below iOS 18"
+        level, why = 18, f"enumerated shapes on {enumerated_inputs} inputs"
     return level, why
 
 
-def minimum_deployment_target(precision: str, optimization: dict | None) -> str:
+def _recipe_requirement(optimization: dict) -> tuple[int, str]:
+    kind = optimization["kind"]
+    if kind == "chain":
+        steps = [_recipe_requirement(step) for step in optimization["steps"]]
+        return max([(18, "joint compression (chain)"), *steps], key=lambda lw: lw[0])
+    if kind == "palettize":
+        if optimization.get("granularity", "per_tensor") == "per_grouped_channel":
+            return 18, "palettize per_grouped_channel"
+        if optimization["nbits"] == 3:
+            return 18, "palettize nbits=3"
+    if kind == "linear_quantize":
+        if optimization.get("dtype", "int8") in ("int4", "uint4"):
+            return 18, f"linear_quantize {optimization['dtype']}"
+        if optimization.get("granularity") == "per_block":
+            return 18, "linear_quantize per_block"
+    if kind == "linear_quantize_activations":
+        return 17, "linear_quantize_activations"
+    return 16, kind
+
+
+def minimum_deployment_target(precision: str, optimization: dict | None, enumerated_inputs: int = 0) -> str:
     """The lowest deployment target the options need, as an iOS name ("iOS15", "iOS16", "iOS18")."""
-    return _LEVEL_TO_IOS[_requirement(precision, optimization)[0]]
+    return _LEVEL_TO_IOS[_requirement(precision, optimization, enumerated_inputs)[0]]
 
 
 def check_deployment_target(
-    deployment_target: str | None, precision: str, optimization: dict | None
+    deployment_target: str | None, precision: str, optimization: dict | None, enumerated_inputs: int = 0
 ) -> str:
     """The canonical target name to use: ``deployment_target`` checked, or the minimum if None.
 
     Raises InvalidExportOptions for an unknown name or one lower than the options need.
     """
-    level, why = _requirement(precision, optimization)
+    level, why = _requirement(precision, optimization, enumerated_inputs)
     if deployment_target is None:
         return _LEVEL_TO_IOS[level]
     name = _canonical_target(deployment_target)

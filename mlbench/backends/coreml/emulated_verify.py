@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mlbench.backends.base import REFERENCE
+from mlbench.backends.base import NO_SOURCE, REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, samples: int, tolerance: float,
-                          ) -> tuple[Verification | None, str | None]:
+                          alternative: int = 0) -> tuple[Verification | None, str | None]:
     """(verification, None), or (None, the reason it could not be had: an op the interpreter lacks,
     a model type it does not run, a program it cannot read)."""
     from mlbench.backends.coreml.emulate import (
@@ -32,14 +32,16 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
     )
     from mlbench.verify import OutputMismatch, compare_samples
 
+    if not model.has_source:
+        return None, NO_SOURCE
     if artifact.analysis.model_type != "mlProgram":
         return None, f"the interpreter runs ML programs, not {artifact.analysis.model_type} models"
     try:
         emulator = Emulator(load_program(artifact.package))
         pairs = []
         for index in range(samples):
-            inputs, reference = model.sample(index)
-            feeds = {name: tensor.detach().cpu().numpy() for name, tensor in zip(model.input_names, inputs)}
+            inputs, reference = model.sample(index, alternative)
+            feeds = package_feeds(model, inputs)
             outputs = emulator.run(feeds)
             pairs.append((reference, list(outputs.values())))
         verification = compare_samples(pairs, tolerance=tolerance, reference_name=REFERENCE, source="emulated",
@@ -49,6 +51,16 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
     except (EmulationError, CorruptPackage, OutputMismatch, ValueError) as exc:
         return None, f"emulation failed: {' '.join(str(exc).split())[:200]}"
     return verification, None
+
+
+def package_feeds(model: LoadedModel, inputs: list) -> dict:
+    """Numpy feeds by input name; an image input as the whole pixels a Core ML ImageType takes."""
+    from mlbench.sources.inputs import pixels
+
+    feeds = {}
+    for item, tensor in zip(model.spec.inputs, inputs):
+        feeds[item.name] = (pixels(tensor, item) if item.kind == "image" else tensor).detach().cpu().numpy()
+    return feeds
 
 
 def verification_metrics(verification: Verification | None, reason: str | None, *, prefix: str = "verify"

@@ -37,9 +37,12 @@ from mlbench.backends.coreml.messages import (
     import_messages,
     version_warning,
 )
+from mlbench.backends.coreml.torch_ops import register_extra_torch_ops
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from mlbench.config.models import ModelInput
 
 __all__ = [
     "EXPORT_PATH_TORCH_EXPORT",
@@ -72,26 +75,32 @@ def export_coreml(
     optimization: dict | None,
     deployment_target: str | None,
     dest: Path,
+    inputs: list[ModelInput] | None = None,
+    calibration: list[dict[str, Any]] | None = None,
 ) -> ExportResult:
     """Convert ``module`` to an ML program and save it as ``dest/model.mlpackage``.
 
+    ``inputs`` (the pipeline's input specs) make flexible shapes and image inputs (``input_types``);
+    ``calibration`` (input dicts as the package takes them) feeds activation quantization.
     Raises InvalidExportOptions (a ValueError) for bad options, before any work is done, and
     ExportError with a one-line message when neither export path produces a model.
     """
-    target_name = check_deployment_target(deployment_target, precision, optimization)
+    target_name = check_deployment_target(deployment_target, precision, optimization,
+                                          enumerated_inputs=_enumerated(inputs))
     example_inputs = list(example_inputs)
     input_names = list(input_names)
     check_input_names(example_inputs, input_names)
 
     ct = import_coremltools()  # once per process; not part of the export's time
+    register_extra_torch_ops()
     started = time.perf_counter()
     convert_kwargs = convert_options(ct, precision, target_name)
     sink: list[str] = []
     mlmodel, export_path, fallback_reason = convert_module(
-        ct, module.eval(), example_inputs, input_names, convert_kwargs, sink
+        ct, module.eval(), example_inputs, input_names, convert_kwargs, sink, inputs
     )
     if optimization is not None:
-        mlmodel = compress(ct, mlmodel, optimization, sink)
+        mlmodel = compress(ct, mlmodel, optimization, sink, calibration)
 
     metadata = {
         "precision": precision,
@@ -130,6 +139,10 @@ def _save(mlmodel: Any, dest: Path, sink: list[str]) -> Path:
     except OSError as exc:
         raise ExportError(f"cannot write {artifact}: {exc.strerror or exc}") from None
     return artifact
+
+
+def _enumerated(inputs: list[ModelInput] | None) -> int:
+    return sum(1 for i in inputs or [] if any(isinstance(d, list) and len(set(d)) > 1 for d in i.shape))
 
 
 def _torch_version() -> str:

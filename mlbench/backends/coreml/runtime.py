@@ -44,20 +44,48 @@ LOAD_ORDER = ("timed in the measurement process, loading the compiled model (Com
               "variant's compute plan was read")
 
 
-def prediction_inputs(artifact: CoremlArtifact, model: LoadedModel) -> dict[str, np.ndarray]:
-    """The seeded example inputs as numpy arrays of the dtypes the package declares."""
-    declared = {t.name: t.dtype for t in artifact.analysis.inputs}
-    arrays = {}
-    for name, tensor in zip(model.input_names, model.example_inputs):
-        array = tensor.detach().cpu().numpy()
-        dtype = _NUMPY_DTYPES.get(declared.get(name) or "")
+def prediction_inputs(artifact: CoremlArtifact, model: LoadedModel, alternative: int = 0) -> dict[str, Any]:
+    """The seeded example inputs as numpy arrays of the dtypes the package declares; an image input as
+    a PIL image of its pixels (Core ML's ImageType takes nothing else)."""
+    from mlbench.backends.coreml.emulated_verify import package_feeds
+
+    declared = {t.name: t for t in artifact.analysis.inputs}
+    arrays: dict[str, Any] = {}
+    for item, (name, array) in zip(model.spec.inputs, package_feeds(model, model.sample(0, alternative)[0]).items()):
+        description = declared.get(name)
+        if item.kind == "image" or (description is not None and description.kind == "image"):
+            arrays[name] = pil_image(array, item.layout)
+            continue
+        dtype = _NUMPY_DTYPES.get((description.dtype if description else None) or "")
         arrays[name] = array.astype(dtype) if dtype else array
     return arrays
+
+
+def pil_image(array: np.ndarray, layout: str) -> Any:
+    """A PIL image of pixels shaped [1, C, H, W] (BGR channels reversed: PIL holds RGB)."""
+    import numpy as np
+    from PIL import Image
+
+    channels = np.asarray(array, dtype=np.float32)[0].clip(0, 255).astype(np.uint8)
+    if layout == "GRAYSCALE":
+        return Image.fromarray(channels[0], mode="L")
+    if layout == "BGR":
+        channels = channels[::-1]
+    return Image.fromarray(np.ascontiguousarray(channels.transpose(1, 2, 0)), mode="RGB")
 
 
 def ordered_outputs(artifact: CoremlArtifact, prediction: dict[str, Any]) -> list[Any]:
     """Outputs in the package's declared order, which follows the torch model's output order."""
     return [prediction[t.name] for t in artifact.analysis.outputs]
+
+
+def load_hints(ct: Any, config: PipelineConfig, variant: Variant) -> dict[str, Any] | None:
+    """Core ML's load-time optimization hints: the target's reshape_frequency (iOS17.4+/macOS14.4+)."""
+    target = [*config.targets, *config.include][variant.target_index]
+    frequency = getattr(target, "reshape_frequency", None)
+    if frequency is None:
+        return None
+    return {"reshapeFrequency": getattr(ct.ReshapeFrequency, frequency.capitalize())}
 
 
 def too_old(version: str) -> str | None:
@@ -119,8 +147,11 @@ def measure_package(
         raise VariantSkipped(why_not)
     compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
     compiled, compile_ms, reused = compiled_model(ct, artifact.package)
-    load_ms, mlmodel = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units))
-    inputs = prediction_inputs(artifact, model)
+    hints = load_hints(ct, config, variant)
+    load_ms, mlmodel = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units,
+                                                                   optimization_hints=hints))
+    alternative = model.alternative(variant.shape)
+    inputs = prediction_inputs(artifact, model, alternative)
     first_ms, prediction = time_once(lambda: mlmodel.predict(inputs))
     own: list[float] = []  # Core ML's own predict durations, beside our wall clock
 
@@ -135,8 +166,8 @@ def measure_package(
                          min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
     precision = variant.axis("precision")
     tolerance = config.verify.tolerance_for(precision, variant.axis("optimize"))
-    verify = compare_outputs(model.reference, ordered_outputs(artifact, prediction), tolerance=tolerance,
-                             reference_name=REFERENCE)
+    verify = (compare_outputs(model.sample(0, alternative)[1], ordered_outputs(artifact, prediction),
+                              tolerance=tolerance, reference_name=REFERENCE) if model.has_source else None)
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     metrics["compile_time"] = Metric.measured(compile_ms, "ms")
     details: dict[str, Any] = {
@@ -163,6 +194,6 @@ def prediction_timer(artifact: CoremlArtifact, model: LoadedModel, variant: Vari
     compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
     compiled, _compile_ms, _reused = compiled_model(ct, artifact.package)  # the same compiled model `run` loads
     mlmodel = ct.models.CompiledMLModel(str(compiled), compute_units=compute_units)
-    inputs = prediction_inputs(artifact, model)
+    inputs = prediction_inputs(artifact, model, model.alternative(variant.shape))
     predict = mlmodel.predict
     return CallTimer(lambda: predict(inputs))

@@ -15,6 +15,7 @@ optimizations:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
@@ -50,8 +51,40 @@ class LinearQuantizeRecipe(StrictModel):
     """Weight-only linear quantization (activations stay floating point)."""
 
     kind: Literal["linear_quantize"]
-    dtype: Literal["int8", "uint8"] = Field(default="int8", description="Stored weight type.")
+    dtype: Literal["int8", "uint8", "int4", "uint4"] = Field(default="int8", description="Stored weight type (4-bit "
+                                                            "needs iOS18).")
     mode: Literal["linear_symmetric", "linear"] = Field(default="linear_symmetric")
+    granularity: Literal["per_tensor", "per_channel", "per_block"] = Field(
+        default="per_channel", description="One scale per tensor, per output channel, or per block of input "
+        "channels (per_block needs iOS18).")
+    block_size: int | None = Field(default=None, ge=1, description="Input channels per block with per_block.")
+
+    @model_validator(mode="after")
+    def _block_size_with_blocks(self) -> LinearQuantizeRecipe:
+        if self.granularity == "per_block" and self.block_size is None:
+            raise ValueError("per_block needs block_size")
+        if self.granularity != "per_block" and self.block_size is not None:
+            raise ValueError("block_size is only allowed with granularity per_block")
+        return self
+
+
+class ActivationQuantizeRecipe(StrictModel):
+    """W8A8: activations quantized to int8 from calibration statistics, then the weights to int8 (iOS17).
+
+    coremltools calibrates by predicting; off macOS mlbench's interpreter computes the activations it
+    needs. Calibration data: the model's `values:` samples if it has any, else the verify.samples
+    seeded input sets."""
+
+    kind: Literal["linear_quantize_activations"]
+    weights: bool = Field(default=True, description="Also quantize the weights to int8 (W8A8); false: A8 only.")
+
+
+class ChainRecipe(StrictModel):
+    """Joint compression: other recipes applied in order (e.g. prune then palettize: sparse palettized
+    weights, iOS18), each step after the first keeping what the earlier ones made."""
+
+    kind: Literal["chain"]
+    steps: list[str] = Field(min_length=2, description="Names of recipes under `optimizations`, applied in order.")
 
 
 class PruneRecipe(StrictModel):
@@ -61,12 +94,19 @@ class PruneRecipe(StrictModel):
     target_sparsity: float = Field(ge=0.0, le=1.0, description="Share of each weight set to zero.")
 
 
-Recipe = Annotated[Union[PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe], Field(discriminator="kind")]  # noqa: UP007
+Recipe = Annotated[Union[PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe, ActivationQuantizeRecipe,  # noqa: UP007
+                         ChainRecipe], Field(discriminator="kind")]
 
 
-def recipe_dict(recipe: StrictModel | None) -> dict[str, Any] | None:
-    """The recipe as the exporter takes it (unset optional keys left out)."""
-    return None if recipe is None else recipe.model_dump(exclude_none=True)
+def recipe_dict(recipe: StrictModel | None, recipes: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """The recipe as the exporter takes it (unset optional keys left out; a chain's steps resolved by name
+    from `recipes`)."""
+    if recipe is None:
+        return None
+    data = recipe.model_dump(exclude_none=True)
+    if isinstance(recipe, ChainRecipe):
+        data["steps"] = [recipe_dict((recipes or {}).get(step)) or {"kind": step} for step in recipe.steps]
+    return data
 
 
 class CoremlTarget(TargetBase):
@@ -83,6 +123,16 @@ class CoremlTarget(TargetBase):
     deployment_target: str | None = Field(
         default=None, description="e.g. iOS17, macOS14; default: the lowest the precision and optimization need."
     )
+    package: Path | None = Field(
+        default=None,
+        description="An existing .mlpackage (relative to this file) to measure as it is: no export. precision "
+        "names its precision; optimize stays none. With several models, give it as an include entry.",
+    )
+    reshape_frequency: Literal["frequent", "infrequent"] | None = Field(
+        default=None,
+        description="Core ML's reshape-frequency hint for flexible inputs (iOS17.4+/macOS14.4+), given when the "
+        "model is loaded: infrequent lets Core ML specialise for a shape and keep it. Recorded with each variant.",
+    )
 
     estimate_on: list[ChipId] = Field(
         default_factory=list,
@@ -97,9 +147,20 @@ class CoremlTarget(TargetBase):
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
 
+    def existing_artifact(self) -> tuple[str, Path] | None:
+        return None if self.package is None else ("package", self.package)
+
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         """Cross-field checks: recipe names exist; the deployment target suits every combination."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.package is not None:
+            if self.optimize != [NO_OPTIMIZATION]:
+                problems.append((("optimize",), "an existing package is measured as it is: optimize stays none"))
+            if len(self.precision) > 1:
+                problems.append((("precision",), "an existing package has one precision: give one value"))
+            if self.deployment_target is not None:
+                problems.append((("deployment_target",), "an existing package keeps its own deployment target"))
+            return problems
         recipes = config.optimizations
         names = [NO_OPTIMIZATION, *recipes]
         for i, name in enumerate(self.optimize):
@@ -118,13 +179,26 @@ class CoremlTarget(TargetBase):
             elif chip_id not in chips:
                 problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
                                  f"(known: {', '.join(chips)}; add your own under chip_profiles)"))
+        for name in self.optimize:
+            recipe = recipes.get(name)
+            if isinstance(recipe, ChainRecipe):
+                for step in recipe.steps:
+                    if step not in recipes or isinstance(recipes[step], (ChainRecipe, ActivationQuantizeRecipe)):
+                        known = [n for n, r in recipes.items() if not isinstance(r, (ChainRecipe,
+                                                                                     ActivationQuantizeRecipe))]
+                        problems.append(((), f"recipe '{name}' step '{step}' must name a palettize, linear_quantize "
+                                         f"or prune recipe{suggest(step, known)}"))
         if problems:
             return problems
         if self.deployment_target is not None:
+            enumerated = max((m.enumerated_inputs for m in config.models
+                              if getattr(self, "model", m.name) == m.name), default=0)
             for precision in self.precision:
                 for name in self.optimize:
                     try:
-                        check_deployment_target(self.deployment_target, precision, recipe_dict(recipes.get(name)))
+                        check_deployment_target(self.deployment_target, precision,
+                                                recipe_dict(recipes.get(name), recipes),
+                                                enumerated_inputs=enumerated)
                     except InvalidExportOptions as exc:
                         message = str(exc)
                         if message.startswith("unknown deployment target"):

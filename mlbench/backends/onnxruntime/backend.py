@@ -22,12 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import (
+    NO_SOURCE,
     REFERENCE,
     Backend,
     CallTimer,
     Exported,
     Measurement,
     VariantSkipped,
+    existing_artifact_info,
     placement_metrics,
     runtime_metrics,
 )
@@ -60,7 +62,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, opset: int | None) -
         "backend": "onnxruntime",
         "format": "onnx",
         "model_digest": model.digest,
-        "inputs": [i.model_dump(mode="json") for i in model.spec.inputs],
+        "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "opset": opset},
         "versions": {"torch": package_version("torch"), "onnx": package_version("onnx"), "onnxruntime": package_version("onnxruntime"),
                      "mlbench": __version__},
@@ -88,11 +90,17 @@ class OnnxruntimeBackend(Backend):
         from mlbench.backends.onnxruntime.export import OnnxExportResult, export_onnx, graph_summary
 
         precision = variant.axis("precision")
+        if self.target.file is not None:  # an existing .onnx file: measured as it is
+            path = self.resolve(self.target.file)
+            graph = graph_summary(path)
+            return Exported(payload=OnnxArtifact(path, graph), info=existing_artifact_info(path, "existing .onnx file"),
+                            details={"onnx_graph": graph, "export": {"existing": str(path)}})
         output_names = [name for name, _ in model.reference]
 
         def export(folder: Path) -> OnnxExportResult:
-            return export_onnx(model.module, model.example_inputs, model.input_names, output_names,
-                               precision=precision, opset=self.target.opset, dest=folder)
+            return export_onnx(model.torch_module, model.example_inputs, model.input_names, output_names,
+                               precision=precision, opset=self.target.opset, dest=folder,
+                               inputs=list(model.spec.inputs))
 
         def own_facts(result: OnnxExportResult) -> dict[str, Any]:
             return {"opset": result.opset, "float16_conversion": result.float16_conversion}
@@ -152,7 +160,7 @@ class OnnxruntimeBackend(Backend):
         self._require_provider(ort, provider)
         artifact: OnnxArtifact = exported.payload
         session = self._session(ort, artifact.path, provider, self._session_options(ort))
-        feed = _feed(session, model)
+        feed = _feed(session, model, 0, model.alternative(variant.shape))
         run = session.run
         return CallTimer(lambda: run(None, feed))
 
@@ -170,19 +178,21 @@ class OnnxruntimeBackend(Backend):
         metrics = static_metrics(artifact, exported.info.size_bytes if exported.info else 0)
 
         load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
-        feed = _feed(session, model)
+        alternative = model.alternative(variant.shape)
+        feed = _feed(session, model, 0, alternative)
         first_ms, first_outputs = time_once(lambda: session.run(None, feed))
         settings = self.config.latency
         latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                              threads=self.target.intra_op_threads)
-        pairs = [(model.reference, list(first_outputs))]
+        pairs = [(model.sample(0, alternative)[1], list(first_outputs))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
-            pairs.append((model.sample(index)[1], list(session.run(None, _feed(session, model, index)))))
+            pairs.append((model.sample(index, alternative)[1],
+                          list(session.run(None, _feed(session, model, index, alternative)))))
         session = None  # release the timed session before the profiled one starts
 
-        verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
-                                 reference_name=REFERENCE)
+        verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
+                                  reference_name=REFERENCE) if model.has_source else None)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
         folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))
@@ -200,6 +210,9 @@ class OnnxruntimeBackend(Backend):
         placement = build_placement(profile, constants=artifact.graph["initializers"] + artifact.graph["constant_nodes"],
                                     preferred_provider=ort_name, precision=precision)
         metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
+        if verify is None:
+            for name, unit in (("verify.max_abs", "abs"), ("verify.max_rel", "rel")):
+                metrics[name] = Metric.absent(unit, NO_SOURCE)
         metrics.update(placement_metrics(placement))
         details = {
             "op_time": op_time_tables(profile),
@@ -212,11 +225,11 @@ class OnnxruntimeBackend(Backend):
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
 
-def _feed(session: Any, model: LoadedModel, sample: int = 0) -> dict[str, Any]:
-    """The model's seeded inputs (input set `sample`) by the session's input names (float16 graphs keep
-    float32 inputs)."""
+def _feed(session: Any, model: LoadedModel, sample: int = 0, alternative: int = 0) -> dict[str, Any]:
+    """The model's seeded inputs (input set `sample` at shape alternative `alternative`) by the session's
+    input names (float16 graphs keep float32 inputs)."""
     names = [i.name for i in session.get_inputs()]
-    inputs = model.sample(sample)[0]
+    inputs = model.sample(sample, alternative)[0]
     if len(names) != len(inputs):
         raise ValueError(f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}); "
                          f"the model has {len(inputs)}")

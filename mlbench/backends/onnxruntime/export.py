@@ -39,6 +39,8 @@ from mlbench.errors import ReportableError, one_line
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from mlbench.config.models import ModelInput
+
 EXPORT_PATH_DYNAMO = "torch.onnx.export(dynamo=True)"
 EXPORT_PATH_TORCHSCRIPT = "torch.onnx.export(dynamo=False)"
 FLOAT16_CONVERSION = "onnxruntime.transformers.float16.convert_float_to_float16(keep_io_types=True)"
@@ -93,13 +95,22 @@ def _captured(sink: list[str]) -> Any:
 
 
 def _export(module: torch.nn.Module, args: tuple, path: Path, *, dynamo: bool, input_names: Sequence[str],
-            output_names: Sequence[str], opset: int | None) -> None:
+            output_names: Sequence[str], opset: int | None, items: list[ModelInput] | None = None) -> None:
     import torch
+
+    from mlbench.backends.flexible import dynamic_axes, dynamic_shapes
 
     kwargs: dict[str, Any] = {"input_names": list(input_names), "output_names": list(output_names),
                               "opset_version": opset, "dynamo": dynamo}
     if dynamo:
         kwargs.update(external_data=False, verbose=False)
+        shapes = dynamic_shapes(items, module)
+        if shapes is not None:
+            kwargs["dynamic_shapes"] = shapes
+    else:
+        axes = dynamic_axes(items)
+        if axes is not None:
+            kwargs["dynamic_axes"] = axes
     with torch.no_grad():
         torch.onnx.export(module, args, str(path), **kwargs)
 
@@ -129,8 +140,12 @@ def export_onnx(
     precision: str,
     opset: int | None,
     dest: Path,
+    inputs: list[ModelInput] | None = None,
 ) -> OnnxExportResult:
-    """Write ``dest/model.onnx``; raise OnnxExportError (one line per path) when no path works."""
+    """Write ``dest/model.onnx``; raise OnnxExportError (one line per path) when no path works.
+
+    ``inputs`` (the pipeline's input specs) make their flexible dimensions dynamic axes: one file for
+    every shape."""
     if precision not in ("float32", "float16"):
         raise ValueError(f"unsupported precision {precision!r}")
     import onnx
@@ -148,7 +163,7 @@ def export_onnx(
         try:
             with _captured(messages):
                 _export(module, tuple(example_inputs), path, dynamo=dynamo, input_names=input_names,
-                        output_names=output_names, opset=opset)
+                        output_names=output_names, opset=opset, items=inputs)
                 model = _check_outputs(path, len(output_names))
         except Exception as exc:  # noqa: BLE001 - every exporter error is a reason to try the next path
             failures.append(f"{name}: {_first_line(exc)}")

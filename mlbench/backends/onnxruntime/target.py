@@ -15,6 +15,7 @@ one export serves every provider.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
@@ -99,10 +100,21 @@ class OnnxruntimeTarget(TargetBase):
         "(after the warmup runs; never part of the latency figures).",
     )
 
+    file: Path | None = Field(
+        default=None,
+        description="An existing .onnx file (relative to this file) to measure as it is: no export; precision "
+        "names its precision (one value). With several models, give it as an include entry.",
+    )
+
     axes = ("precision", "providers")
     artifact_axes = ("precision",)
 
+    def existing_artifact(self) -> tuple[str, Path] | None:
+        return None if self.file is None else ("file", self.file)
+
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
+        if self.file is not None and len(self.precision) > 1:
+            return [(("precision",), "an existing .onnx file has one precision: give one value")]
         if self.coreml_compute_units is not None and "coreml" not in self.providers:
             return [(("coreml_compute_units",), ("coreml_compute_units applies to the coreml provider only; "
                      "add coreml to providers or remove this key"))]

@@ -36,7 +36,7 @@ class TorchBackend(Backend):
         import torch
 
         dtype = getattr(torch, variant.axis("precision"))
-        module = model.module if dtype == torch.float32 else copy.deepcopy(model.module).to(dtype)
+        module = model.torch_module if dtype == torch.float32 else copy.deepcopy(model.torch_module).to(dtype)
         return Exported(payload=module)
 
     def _prepare(self, model: LoadedModel, exported: Exported, variant: Variant) -> Callable[[], Any]:
@@ -48,7 +48,7 @@ class TorchBackend(Backend):
         dtype = getattr(torch, variant.axis("precision"))
         module = exported.payload.to(device)
         inputs = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
-                  for t in model.example_inputs]
+                  for t in model.sample(0, model.alternative(variant.shape))[0]]
         if device == "cpu":  # nothing to wait for: the module itself, no wrapper frame per call
             return functools.partial(module, *inputs)
         sync = _synchronizer(device)
@@ -100,9 +100,10 @@ class TorchBackend(Backend):
             return [t.detach().float().cpu().numpy() for _, t in flatten_outputs(result)]
 
         dtype = getattr(torch, precision)
-        pairs = [(model.reference, outputs(output))]
+        alternative = model.alternative(variant.shape)
+        pairs = [(model.sample(0, alternative)[1], outputs(output))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
-            sample_inputs, reference = model.sample(index)
+            sample_inputs, reference = model.sample(index, alternative)
             moved = [t.to(device=device, dtype=dtype) if t.is_floating_point() else t.to(device)
                      for t in sample_inputs]
             with torch.inference_mode():

@@ -103,6 +103,22 @@ class Emulator:
     # ------------------------------------------------------------------ running
 
     def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        env = self._run_env(inputs)
+        main = self.program.main
+        names = self.program.output_names if len(self.program.output_names) == len(main.outputs) else main.outputs
+        return {
+            name: to_numpy(env[var], self.types[var].dtype if var in self.types else None)
+            for name, var in zip(names, main.outputs)
+        }
+
+    def values(self, inputs: dict[str, np.ndarray], names: list[str]) -> dict[str, np.ndarray]:
+        """The values of the named variables of the main block (intermediate ones too) for ``inputs``;
+        names the program does not compute (or computes only inside nested blocks) are left out."""
+        env = self._run_env(inputs)
+        return {name: to_numpy(env[name], self.types[name].dtype if name in self.types else None)
+                for name in names if name in env and isinstance(env[name], torch.Tensor)}
+
+    def _run_env(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
         env: dict[str, Any] = dict(self.constants)
         expected = self.program.input_names
         unknown = sorted(set(inputs) - set(expected))
@@ -122,12 +138,7 @@ class Emulator:
             env[name] = store(from_numpy(array), info.dtype, self.precision)
         with torch.no_grad():
             self._run_block(self.steps, env)
-        main = self.program.main
-        names = self.program.output_names if len(self.program.output_names) == len(main.outputs) else main.outputs
-        return {
-            name: to_numpy(env[var], self.types[var].dtype if var in self.types else None)
-            for name, var in zip(names, main.outputs)
-        }
+        return env
 
     def _run_block(self, steps: list[_Step], env: dict[str, Any]) -> None:
         for step in steps:

@@ -127,3 +127,36 @@ def constexpr_cast(source_val, output_dtype="fp32", **_):
     if as_str(output_dtype) not in ("fp32", "fp16"):
         raise KernelError(f"constexpr_cast to {as_str(output_dtype)!r} is not implemented")
     return _float(source_val)
+
+
+# ------------------------------------------------------------------ activation quantization (iOS17)
+
+_QUANTIZED_RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
+
+
+@kernel("quantize")
+def quantize(input, scale, output_dtype, zero_point=None, axis=None, **_):
+    """``clip(round(input / scale) + zero_point)`` (iOS17 ``quantize``; round half to even, as numpy)."""
+    name = as_str(output_dtype)
+    if name not in _QUANTIZED_RANGE:
+        raise KernelError(f"quantize to {name!r} is not implemented")
+    rank = input.dim()
+    along = 0 if axis is None else as_int(axis)
+    scale_t = _along_axis(_float(torch.as_tensor(scale)), rank, along)
+    quantized = torch.round(_float(input) / scale_t)
+    if zero_point is not None:
+        quantized = quantized + _along_axis(_float(torch.as_tensor(zero_point)), rank, along)
+    low, high = _QUANTIZED_RANGE[name]
+    return quantized.clamp(low, high).to(torch.int8 if name == "int8" else torch.uint8)
+
+
+@kernel("dequantize")
+def dequantize(input, scale, zero_point=None, axis=None, **_):
+    """``scale * (input - zero_point)`` (iOS17 ``dequantize``), in the scale's float type."""
+    rank = input.dim()
+    along = 0 if axis is None else as_int(axis)
+    value = _float(input)
+    if zero_point is not None:
+        value = value - _along_axis(_float(torch.as_tensor(zero_point)), rank, along)
+    scale_t = torch.as_tensor(scale)
+    return (value * _along_axis(_float(scale_t), rank, along)).to(scale_t.dtype)

@@ -118,10 +118,18 @@ _CAST_DTYPES = {
 }
 
 
+_WIDE_UNSIGNED = {"uint16": (torch.int32, 1 << 16), "uint32": (torch.int64, 1 << 32)}
+"""Unsigned types torch lacks kernels for, held in a wider signed type (as precision holds them), wrapped."""
+
+
 @kernel("cast")
 def cast(x, dtype, **_):
     """Floats to ints truncate toward zero (numpy's astype, as coremltools' own value_inference)."""
-    target = _CAST_DTYPES.get(as_str(dtype))
+    name = as_str(dtype)
+    if name in _WIDE_UNSIGNED:
+        held, modulus = _WIDE_UNSIGNED[name]
+        return torch.remainder(x.to(torch.int64), modulus).to(held)
+    target = _CAST_DTYPES.get(name)
     if target is None:
         raise KernelError(f"cast to {as_str(dtype)!r} is not implemented")
     return x.to(target)  # float16 is re-widened by the executor; the rounding stays

@@ -235,6 +235,12 @@ def load_program(path: str | Path) -> Program:
     spec_file, weights_root = _spec_file(path)
     spec = Model_pb2.Model()
     spec.ParseFromString(spec_file.read_bytes())
+    return program_from_spec(spec, weights_root, path)
+
+
+def program_from_spec(spec: Any, weights_root: Path | None, path: Path) -> Program:
+    """The ``main`` function of an ML program spec already in memory (``@model_path`` weights are relative
+    to ``weights_root``); ``path`` names it in messages."""
     if spec.WhichOneof("Type") != "mlProgram":
         raise ValueError(f"{path} is not an ML program (it holds a {spec.WhichOneof('Type')})")
     function = spec.mlProgram.functions.get("main")

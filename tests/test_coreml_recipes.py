@@ -1,0 +1,88 @@
+"""More compression recipes: 4-bit per-block weights, W8A8 (activations calibrated by mlbench's interpreter
+off macOS), and joint compression (a chain of recipes). Each makes a package whose weights shrink as
+expected and whose program still computes what the model computes."""
+
+from __future__ import annotations
+
+import pytest
+
+from mlbench.config.load import load_pipeline
+from mlbench.errors import UserError
+from tests.conftest import ROOT
+
+PIPELINE = f"""\
+version: 1
+name: recipes
+models:
+  - name: cnn
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+    kwargs: {{width: 32}}
+    inputs:
+      - {{name: image, shape: [1, 3, 32, 32]}}
+targets:
+  - backend: coreml
+    precision: [float16]
+    compute_units: [cpu_and_ne]
+    optimize: OPTIMIZE
+optimizations:
+  int4block: {{kind: linear_quantize, dtype: int4, granularity: per_block, block_size: 16}}
+  w8a8: {{kind: linear_quantize_activations}}
+  prune50: {{kind: prune, target_sparsity: 0.5}}
+  palettize4: {{kind: palettize, nbits: 4, mode: uniform}}
+  sparse_palettized: {{kind: chain, steps: [prune50, palettize4]}}
+latency: {{warmup: 0, repeats: 1, min_time_s: 0.0}}
+verify: {{samples: 3, tolerance: {{float16: 5.0e-2, int4block: 0.3, w8a8: 0.3, prune50: 1.0, palettize4: 0.3,
+                                  sparse_palettized: 1.0}}}}
+report: {{dir: out, formats: [json]}}
+history: {{enabled: false}}
+"""
+
+
+def errors(write_pipeline, text: str) -> list[str]:
+    with pytest.raises(UserError) as info:
+        load_pipeline(write_pipeline(text))
+    return [line.split(": ", 1)[1] for line in str(info.value).splitlines()]
+
+
+def test_recipe_mistakes_are_one_line(write_pipeline):
+    text = PIPELINE.replace("OPTIMIZE", "[chained]").replace(
+        "  w8a8:", "  chained: {kind: chain, steps: [prune50, palletize4]}\n"
+                   "  badblock: {kind: linear_quantize, block_size: 16}\n  w8a8:")
+    assert errors(write_pipeline, text) == [
+        "optimizations.badblock: block_size is only allowed with granularity per_block",
+    ]
+    text = text.replace("  badblock: {kind: linear_quantize, block_size: 16}\n", "")
+    assert errors(write_pipeline, text) == [
+        "targets[0]: recipe 'chained' step 'palletize4' must name a palettize, linear_quantize or prune recipe; "
+        "did you mean 'palettize4'?"]
+    low = PIPELINE.replace("OPTIMIZE", "[int4block, w8a8]").replace(
+        "    optimize:", "    deployment_target: iOS17\n    optimize:")
+    assert errors(write_pipeline, low) == [
+        "targets[0].deployment_target: deployment target iOS17 is too low for linear_quantize int4: it needs iOS18 "
+        "or later"]
+
+
+@pytest.mark.torch
+def test_int4_blocks_w8a8_and_joint_compression_shrink_the_weights_and_stay_correct(write_pipeline):
+    from mlbench.run import run
+
+    path = write_pipeline(PIPELINE.replace("OPTIMIZE", "[none, int4block, w8a8, palettize4, sparse_palettized]"))
+    report = run(load_pipeline(path), jobs=1)
+    records = {r.axes["optimize"]: r for r in report.records}
+    assert {k: (r.status, r.error) for k, r in records.items()} == dict.fromkeys(("none", "int4block", "w8a8", "palettize4", "sparse_palettized"), ("ok", None))
+    weights = {k: r.metrics["size.weights"].value for k, r in records.items()}
+    # float16 weights → 4 bits plus one float16 scale per block of 16: about 0.3 of the bytes
+    assert 0.2 < weights["int4block"] / weights["none"] < 0.4
+    # W8A8: int8 weights, about half of float16
+    assert 0.45 < weights["w8a8"] / weights["none"] < 0.65
+    # sparse palettized: fewer bytes than palettized alone
+    assert weights["sparse_palettized"] < weights["palettize4"]
+    for key, record in records.items():
+        assert record.verify is not None and record.verify.source == "emulated", key
+        assert record.verify.samples == 3
+    deployment = {k: report.artifacts[r.artifact.key]["export"]["deployment_target"]  # type: ignore[union-attr]
+                  for k, r in records.items()}
+    assert deployment == {"none": "iOS15", "int4block": "iOS18", "w8a8": "iOS17", "palettize4": "iOS16",
+                          "sparse_palettized": "iOS18"}
+    ops = {k: report.artifacts[r.artifact.key]["program"]["op_counts"] for k, r in records.items()}  # type: ignore[union-attr]
+    assert ops["w8a8"].get("quantize", 0) > 0 and ops["w8a8"].get("dequantize", 0) > 0
