@@ -70,7 +70,7 @@ def test_same_id_with_other_options_is_a_conflict():
 def test_fixed_options_are_canonical_json_so_equal_options_share_an_artifact():
     variant = expand(config(targets=[{"backend": "onnxruntime", "precision": "float32", "opset": 17,
                                       "graph_optimization": "basic"}]))[0]
-    assert variant.fixed == ('{"coreml_compute_units": null, "graph_optimization": "basic", "intra_op_threads": null, '
+    assert variant.fixed == ('{"coreml_compute_units": null, "file": null, "graph_optimization": "basic", "intra_op_threads": null, '
                              '"opset": 17, "profile_runs": 10}')  # keys sorted, whatever order the target declares
 
 
