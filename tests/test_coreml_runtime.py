@@ -72,8 +72,12 @@ def artifact(tmp_path: Path):
 
 def loaded():
     torch = pytest.importorskip("torch")
-    x = torch.ones(1, 4)
-    return SimpleNamespace(input_names=["x"], example_inputs=[x], reference=[("y", np.full((1, 4), 2.0))])
+    from mlbench.config.models import ModelSpec
+    from mlbench.sources.loading import LoadedModel
+
+    spec = ModelSpec.model_validate({"name": "m", "source": "model.py:M", "inputs": [{"name": "x", "shape": [1, 4]}]})
+    return LoadedModel(spec=spec, module=torch.nn.Identity(), example_inputs=[torch.ones(1, 4)],
+                       reference=[("y", np.full((1, 4), 2.0))])
 
 
 @pytest.fixture

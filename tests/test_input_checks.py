@@ -80,7 +80,8 @@ def test_names_must_match_whole_with_no_trailing_newline(write_pipeline):
                             "- _ . and not 'none'"]
     path = write_pipeline(BASE.replace("    source: model.py:Net", '    source: "model.py:Net\\n"'))
     assert errors(path) == [f"{path}:5:13: models[0].source: 'model.py:Net\\n' is not a model source: use "
-                            "torchvision:NAME, pkg.module:factory or path/to/file.py:Factory"]
+                            "torchvision:NAME, pkg.module:factory, path/to/file.py:Factory, transformers:ClassName, "
+                            "path/model.pt2, path/model.pt or path/to/saved_dir"]
     path = write_pipeline(BASE.replace("  - name: m\n", '  - name: "m\\n"\n'))
     assert errors(path) == [f"{path}:4:11: models[0].name: String should match pattern "
                             "'^[A-Za-z0-9][A-Za-z0-9_.-]*$', got 'm\\n'"]

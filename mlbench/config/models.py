@@ -212,7 +212,7 @@ class ModelSpec(StrictModel):
     def _source_shape(cls, value: str | None) -> str | None:
         if value is not None and not SOURCE_PATTERN.fullmatch(value):
             raise ValueError(
-                f"'{value}' is not a model source: use torchvision:NAME, pkg.module:factory, path/to/file.py:Factory, "
+                f"{value!r} is not a model source: use torchvision:NAME, pkg.module:factory, path/to/file.py:Factory, "
                 "transformers:ClassName, path/model.pt2, path/model.pt or path/to/saved_dir"
             )
         return value

@@ -148,8 +148,9 @@ def measure_package(
     compute_units = getattr(ct.ComputeUnit, variant.axis("compute_units").upper())
     compiled, compile_ms, reused = compiled_model(ct, artifact.package)
     hints = load_hints(ct, config, variant)
+    options = {"optimization_hints": hints} if hints else {}
     load_ms, mlmodel = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units,
-                                                                   optimization_hints=hints))
+                                                                   **options))
     alternative = model.alternative(variant.shape)
     inputs = prediction_inputs(artifact, model, alternative)
     first_ms, prediction = time_once(lambda: mlmodel.predict(inputs))
