@@ -273,3 +273,24 @@ def test_the_p90_is_the_90th_percentile_of_each_resample():
     """Nine samples of 1 ms and one of 11 ms: a resample holding the 11 once has a p90 of exactly 2 ms (numpy's
     linear interpolation at 8.1 of 9), and such resamples fill the middle of the distribution."""
     assert ratio_interval([1.0] * 9 + [11.0], [1.0] * 10, "p90", alpha=0.9) == pytest.approx((0.5, 0.5), abs=1e-12)
+
+
+def test_an_interleaved_comparison_says_how_it_judged_and_keeps_its_rounds():
+    from mlbench.compare.comparison import Interleaved
+    from mlbench.compare.paired import paired_change
+    from tests.test_paired_and_load import _timed, drifting_rounds
+    from tests.test_report import report as make_report
+
+    base = make_report([_timed("m/torch/cpu/float32", 10.0)])
+    head = make_report([_timed("m/torch/cpu/float32", 10.0)])  # the pooled medians are equal
+    b, h = drifting_rounds(1.05, seed=3)
+    info = Interleaved(rounds=20, calls=10, warmup=2, order="A B, B A, ...")
+    result = compare(base, head, parse_rules(["latency.median:+1%"]), alpha=0.05, interleaved=info,
+                     paired={"m/torch/cpu/float32": {"latency.median": paired_change(b, h)}})
+    assert result.noise_test == (
+        "Wilcoxon signed-rank (two-sided) on the log ratios head/base of 20 interleaved rounds, α=0.05, and a seeded "
+        "bootstrap 95% interval of the median per-round ratio: a latency rule counts a change only when the "
+        "threshold is crossed, the test finds the two sides differ, and the whole interval lies past the threshold")
+    assert result.interleaved == info
+    (finding,) = result.variants[0].findings
+    assert finding.message == "10.00 ms → 10.00 ms (+4.8%)"  # the paired ratio, not the pooled medians'

@@ -132,9 +132,10 @@ def test_every_skipped_line_is_counted(journal):
 
 def test_lines_before_the_header_are_skipped(journal):
     journal.path.parent.mkdir(parents=True)
-    journal.path.write_text('{"record": {}}\n{"resumed": {}}\n{"run": {"run_id": "r"}}\n', encoding="utf-8")
+    journal.path.write_text('{"record": {}}\n{"artifact": {"key": "k", "details": {}}}\n{"resumed": {}}\n'
+                            '{"run": {"run_id": "r"}}\n', encoding="utf-8")
     contents = journal.load()
-    assert contents.header == {"run_id": "r"} and contents.skipped_lines == 1
+    assert contents.header == {"run_id": "r"} and contents.skipped_lines == 2 and contents.artifacts == {}
 
 
 def test_no_journal_or_no_header_is_a_one_line_error(journal):
