@@ -456,3 +456,67 @@ def test_a_stale_file_that_vanishes_before_it_is_deleted_is_no_error(tmp_path, m
     monkeypatch.setattr(cache_module, "tree_mtime", gone_after_looking)
     cache.prune(10**9)
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+# -- the stat state beside the entries ---------------------------------------------------------------
+
+
+@pytest.fixture
+def hashes(monkeypatch) -> list[Path]:
+    seen: list[Path] = []
+    real = cache_module.sha256_path
+
+    def counting(path) -> str:
+        seen.append(Path(path))
+        return real(path)
+
+    monkeypatch.setattr(cache_module, "sha256_path", counting)
+    return seen
+
+
+def test_verify_checks_every_entry_reports_each_corrupt_one_and_trusts_the_good_ones_again(tmp_path, hashes):
+    from mlbench.store.state import STATE_NAME
+
+    cache = ArtifactCache(tmp_path)
+    entries = [built(cache, n, f"payload {n}".encode()) for n in range(4)]
+    for broken in entries[:2]:
+        broken.artifact_path.write_bytes(b"flipped")
+    hashes.clear()
+    results = {entry.key: why for entry, why in cache.verify()}
+    assert results == {e.key: ("checksum mismatch" if e in entries[:2] else None) for e in entries}
+    assert sorted(p.parent.name for p in hashes) == sorted(e.key for e in entries)
+    hashes.clear()
+    assert all(ArtifactCache(tmp_path).lookup(e.key) is not None for e in entries[2:])
+    assert hashes == []  # what verify found good is trusted by the next run without hashing
+    assert (tmp_path / STATE_NAME).exists()
+
+
+def test_the_stat_state_stays_while_entries_remain_and_forgets_the_evicted(tmp_path):
+    from mlbench.store.state import STATE_NAME, signature
+
+    cache = ArtifactCache(tmp_path)
+    kept, dropped = built(cache, "kept", b"x" * 10), built(cache, "dropped", b"y" * 10)
+    os.utime(dropped.path / "meta.json", (1000, 1000))  # the least recently used
+    sig = signature(dropped.artifact_path)
+    assert cache.state.trusted(dropped.key, sig, dropped.meta["checksum"])
+    cache.prune(15)
+    assert [e.key for e in cache.entries()] == [kept.key]
+    assert not cache.state.trusted(dropped.key, sig, dropped.meta["checksum"])  # evicted: forgotten
+    assert (tmp_path / STATE_NAME).exists()  # an entry is left to describe
+    cache.prune(0)
+    assert not (tmp_path / STATE_NAME).exists()
+
+
+def test_a_build_folder_names_its_machine_and_process_so_a_dead_ones_leftovers_can_go(tmp_path):
+    from mlbench.store.stale import host_tag
+
+    seen = []
+
+    def build(tmp: Path) -> BuildResult:
+        seen.append(tmp.name)
+        (tmp / "model.onnx").write_bytes(b"x")
+        return BuildResult("model.onnx")
+
+    key = key_for("owner")
+    ArtifactCache(tmp_path).get_or_build(key, INPUTS, build)
+    assert seen[0].startswith(f"build-{key[:12]}-{host_tag()}.{os.getpid()}-")
