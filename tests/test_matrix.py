@@ -102,3 +102,14 @@ def test_a_conflict_says_which_variant():
     with pytest.raises(VariantConflict) as info:
         expand(cfg)
     assert str(info.value) == "variant a/torch/cpu/float32 comes from two targets with different options"
+
+
+def test_include_entries_of_a_model_with_shape_alternatives_get_the_shape_axis():
+    flexible = {"name": "a", "source": "pkg.mod:make", "inputs": [{"name": "x", "shape": [1, [8, 16]]}]}
+    fixed = {"name": "b", "source": "pkg.mod:make", "inputs": [{"name": "x", "shape": [1, 4]}]}
+    cfg = config(models=[flexible, fixed], targets=[{"backend": "torch", "precision": "float32"}],
+                 include=[{"model": "a", "backend": "torch", "precision": "bfloat16"},
+                          {"model": "b", "backend": "torch", "precision": "bfloat16"}])
+    assert [v.id for v in expand(cfg)] == [
+        "a/torch/cpu/float32/8", "a/torch/cpu/float32/16", "b/torch/cpu/float32",
+        "a/torch/cpu/bfloat16/8", "a/torch/cpu/bfloat16/16", "b/torch/cpu/bfloat16"]
