@@ -18,7 +18,8 @@ Prints per trial the verdicts and estimated changes, then the counts per rule: n
 trials (target ≥ 19 of 20 for ab) and regressions caught against the slower head (target ≥ 19 of 20
 for ab), with the sequential counts beside them for contrast.
 
-Usage: python benchmarks/ab_noise.py [--trials 20] [--rounds 20] [--calls 10] [--rule RULE]...
+Usage: python benchmarks/ab_noise.py [--trials 20] [--rounds N] [--calls N] [--warmup N] [--rule RULE]...
+(rounds, calls and warmup default to `mlbench ab`'s own defaults)
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_INSTANCES, DEFAULT_ROUNDS, DEFAULT_WARMUP
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "benchmarks" / "ab" / "base.yaml"
@@ -97,9 +100,10 @@ def regressed_by(comparison, rule: str) -> bool:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trials", type=int, default=20)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
+    parser.add_argument("--calls", type=int, default=DEFAULT_CALLS)
+    parser.add_argument("--warmup", type=int, default=DEFAULT_WARMUP)
+    parser.add_argument("--instances", type=int, default=DEFAULT_INSTANCES)
     parser.add_argument("--rule", action="append", help="a rule to judge by (repeatable; default: "
                         "latency.median:+2%% and latency.best:+2%%)")
     parser.add_argument("--seed", type=int, default=0)
@@ -114,17 +118,17 @@ def main(argv: list[str] | None = None) -> None:
 
     texts = args.rule or ["latency.median:+2%", "latency.best:+2%"]
     rules = parse_rules(texts)
-    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup, instances=args.instances)
     rng = random.Random(args.seed)
     counts = {(method, kind, rule): 0 for method in ("ab", "seq") for kind in ("same", "slower") for rule in texts}
     started = sample()
     with tempfile.TemporaryDirectory(prefix="mlbench-ab-noise-") as tmp:
-        base, head = (with_repeats(p, args.rounds * args.calls, args.warmup) for p in pipelines(Path(tmp)))
+        base, head = pipelines(Path(tmp))
         t0 = time.perf_counter()
         run_ab(base, base, rules, settings=settings)  # warm the caches and the imports; sizes a trial
         expected = max(time.perf_counter() - t0, 1.0)
-        print(f"{args.trials} trials, {args.rounds} rounds × {args.calls} calls per side (sequential: "
-              f"{args.rounds * args.calls} calls per run), rules {', '.join(texts)}; a trial side takes "
+        print(f"{args.trials} trials, up to {args.rounds} rounds × {args.calls} calls per side, {args.instances} "
+              f"copies per side (sequential: as many calls per run as ab made), rules {', '.join(texts)}; a trial side takes "
               f"~{expected:.1f} s; per trial: verdict per rule (R: regression, .: none) and estimated ratios",
               flush=True)
         for trial in range(1, args.trials + 1):
@@ -132,9 +136,10 @@ def main(argv: list[str] | None = None) -> None:
             for kind, other in (("same", base), ("slower", head)):
                 with BackgroundLoad(rng, expected):
                     ab = run_ab(base, other, rules, settings=settings)
-                with BackgroundLoad(rng, expected):
-                    first = run(base, Progress())
-                    second = run(other, Progress())
+                rounds = max(ab.interleaved.rounds_run.values()) if ab.interleaved and ab.interleaved.rounds_run else 0
+                with BackgroundLoad(rng, expected):  # the same number of timed calls as ab made
+                    first = run(with_repeats(base, rounds * args.calls, args.warmup), Progress())
+                    second = run(with_repeats(other, rounds * args.calls, args.warmup), Progress())
                 seq = compare(first, second, rules)
                 label = "A=A" if kind == "same" else "A<B"
                 for method, comparison in (("ab", ab), ("seq", seq)):
@@ -142,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
                     for rule in texts:
                         counts[(method, kind, rule)] += regressed_by(comparison, rule)
                     ratios = "/".join(f"{ratio_of(comparison, parse_rules([r])[0].metric):.3f}" for r in texts)
-                    line.append(f"{label} {method} {marks} {ratios};")
+                    line.append(f"{label} {method} {marks} {ratios}" + (f" ({rounds} rounds);" if method == "ab" else ";"))
             print(" ".join(line), flush=True)
     load = load_between(started, sample(), "benchmark")
     n = args.trials

@@ -41,15 +41,24 @@ def pipelines(write_pipeline, base_blocks: int, head_blocks: int, extra: str = "
     return base, head
 
 
-def test_a_much_slower_head_is_a_regression(write_pipeline):
+def test_a_much_slower_head_is_a_regression(write_pipeline, monkeypatch):
+    import mlbench.sources.loading as loading
+
+    built = []
+    real_load = loading.load_model
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: built.append(real_load(*a, **k)) or built[-1])
     base, head = pipelines(write_pipeline, 2, 40)
-    result = run_ab(load_pipeline(base), load_pipeline(head), parse_rules(["latency.median:+10%"]), settings=QUICK)
+    settings = AbSettings(rounds=200, min_rounds=12, calls=5, warmup=1, instances=2)
+    result = run_ab(load_pipeline(base), load_pipeline(head), parse_rules(["latency.median:+10%"]), settings=settings)
     assert result.regressed and result.counts["regressed"] == 1
     (variant,) = result.variants
     median = next(d for d in variant.deltas if d.metric == "latency.median")
     assert median.ratio > 2 and median.noise.test == "Wilcoxon signed-rank (paired over 12 interleaved rounds)"
     assert median.noise.significant
-    assert result.interleaved is not None and result.interleaved.rounds == 12
+    # settled at the first look (12 rounds of 200); two copies per side, each built afresh
+    assert result.interleaved is not None and result.interleaved.rounds == 200
+    assert result.interleaved.rounds_run == {variant.variant_id: 12} and result.interleaved.instances == 2
+    assert len(built) == 4 and len({id(m.module) for m in built}) == 4
     load = result.interleaved.load
     assert load["window"] == "interleaved rounds" and load["source"] == "measured"
 

@@ -288,8 +288,8 @@ def test_an_interleaved_comparison_says_how_it_judged_and_keeps_its_rounds():
     result = compare(base, head, parse_rules(["latency.median:+1%"]), alpha=0.05, interleaved=info,
                      paired={"m/torch/cpu/float32": {"latency.median": paired_change(b, h)}})
     assert result.noise_test == (
-        "Wilcoxon signed-rank (two-sided) on the log ratios head/base of 20 interleaved rounds, α=0.05, and a seeded "
-        "bootstrap 95% interval of the median per-round ratio: a latency rule counts a change only when the "
+        "Wilcoxon signed-rank (two-sided) on the log ratios head/base of up to 20 interleaved rounds, α=0.05, with the "
+        "Hodges–Lehmann estimate of the ratio and its 95% signed-rank interval: a latency rule counts a change only when the "
         "threshold is crossed, the test finds the two sides differ, and the whole interval lies past the threshold")
     assert result.interleaved == info
     (finding,) = result.variants[0].findings

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from mlbench.compare.comparison import Interleaved, compare, parse_rules
-from mlbench.compare.paired import min_rounds_for, paired_change, round_ratios
+from mlbench.compare.paired import hodges_lehmann, min_rounds_for, paired_change, round_ratios, settled
 from mlbench.load import LoadSample, describe, load_between, load_warning, sample
 from mlbench.records import Latency, Metric
 from mlbench.report.compare_markdown import render_comparison_markdown
@@ -61,6 +61,41 @@ def test_too_few_rounds_say_so():
     assert min_rounds_for(0.01) == 8 and min_rounds_for(0.05) == 6
     with pytest.raises(ValueError, match="paired rounds differ in number: 2 base, 1 head"):
         round_ratios([1.0, 1.0], [1.0])
+
+
+def test_hodges_lehmann_is_the_median_of_walsh_averages_with_the_textbook_interval():
+    # Hollander & Wolfe's signed-rank critical values: n = 10, two-sided α = 0.05 → the interval runs from
+    # the 9th smallest to the 9th largest of the 55 Walsh averages; n = 20 → the 53rd of 210.
+    rng = random.Random(7)
+    for n, position in ((10, 8), (20, 52)):
+        ratios = [math.exp(rng.gauss(0.05, 0.1)) for _ in range(n)]
+        logs = [math.log(r) for r in ratios]
+        walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+        estimate, (low, high) = hodges_lehmann(ratios, alpha=0.05)
+        assert math.log(estimate) == pytest.approx((walsh[len(walsh) // 2 - 1] + walsh[len(walsh) // 2]) / 2
+                                                   if len(walsh) % 2 == 0 else walsh[len(walsh) // 2])
+        assert (math.log(low), math.log(high)) == pytest.approx((walsh[position], walsh[-1 - position]))
+
+
+def test_the_normal_interval_beyond_the_exact_range_agrees_with_the_exact_one(monkeypatch):
+    import mlbench.compare.paired as paired
+
+    ratios = [math.exp(random.Random(8).gauss(0.0, 0.1)) for _ in range(60)]
+    exact = hodges_lehmann(ratios, alpha=0.01)[1]
+    monkeypatch.setattr(paired, "EXACT_UP_TO", 0)
+    assert hodges_lehmann(ratios, alpha=0.01)[1] == pytest.approx(exact, rel=2e-3)
+
+
+def test_a_verdict_is_settled_when_the_interval_clears_or_stays_within_the_threshold():
+    base, head = drifting_rounds(1.10, seed=3, rounds=30)
+    assert settled(paired_change(base, head), 2.0)  # wholly above +2%
+    assert settled(paired_change(head, base), 2.0)  # wholly below -2%
+    same_base, same_head = drifting_rounds(1.0, seed=4, rounds=60)
+    same = paired_change(same_base, same_head)
+    assert same.noise.interval[0] > 0.98 and same.noise.interval[1] < 1.02
+    assert settled(same, 2.0)  # wholly within ±2%: more rounds cannot make it cross
+    assert not settled(same, 0.1)  # the interval straddles ±0.1%
+    assert not settled(paired_change(base[:3], head[:3]), 2.0)  # too few rounds to say anything
 
 
 def _sample(wall: float, busy: float, steal: float, own: float, load: float) -> LoadSample:
@@ -122,10 +157,11 @@ def test_paired_changes_decide_and_the_output_says_interleaved():
     info = Interleaved(rounds=20, calls=10, warmup=2, order="A B, B A, ...", skipped={"x/coreml": "not macOS"})
     result = compare(base, head, parse_rules(["latency.median:+1%"]), paired=paired, interleaved=info)
     assert result.regressed and result.variants[0].findings[0].rule == "latency.median:+1%"
-    assert result.noise_test.startswith("Wilcoxon signed-rank (two-sided) on the log ratios head/base of 20 "
-                                        "interleaved rounds")
+    assert result.noise_test.startswith("Wilcoxon signed-rank (two-sided) on the log ratios head/base of up to 20 "
+                                        "interleaved rounds, α=0.01, with the Hodges–Lehmann estimate of the ratio "
+                                        "and its 99% signed-rank interval")
     text = render_comparison_markdown(result)
     assert text.startswith("## mlbench ab: p\n\n**Regression**: `m/torch/cpu/float32`")
-    assert "Measured interleaved on one machine: 20 rounds, each side 10 timed calls per round after 2 untimed" in text
+    assert "Measured interleaved on one machine: 20 rounds; each side 10 timed calls per round after 2 untimed" in text
     assert "### Not timed (1)\n\n- `x/coreml`: not macOS" in text
     assert compare(base, head, parse_rules(["latency.median:+10%"]), paired=paired, interleaved=info).regressed is False

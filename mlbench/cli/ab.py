@@ -61,6 +61,7 @@ def _variant_filter(patterns: list[str] | None):
 
 
 def cmd_ab(args: argparse.Namespace) -> int:
+    from mlbench.compare.paired import DEFAULT_MIN_ROUNDS
     from mlbench.compare.rules import RuleError, default_rules, parse_rules
     from mlbench.config.load import Pipeline, load_pipeline
     from mlbench.config.pipeline import CacheSettings
@@ -70,9 +71,11 @@ def cmd_ab(args: argparse.Namespace) -> int:
         raise UserError("mlbench ab: give BASE and HEAD pipeline files, or one file and --git-base REF")
     if args.git_base is not None and args.head is not None:
         raise UserError("mlbench ab: --git-base takes one pipeline file (HEAD); BASE is that file at the revision")
-    for name in ("rounds", "calls"):
+    for name in ("rounds", "calls", "instances"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.min_rounds is not None and not 1 <= args.min_rounds <= args.rounds:
+        raise UserError(f"--min-rounds must be between 1 and --rounds ({args.rounds}), got {args.min_rounds}")
     if args.warmup < 0:
         raise UserError(f"--warmup must be at least 0, got {args.warmup}")
     if not 0 < args.alpha < 1:
@@ -84,7 +87,9 @@ def cmd_ab(args: argparse.Namespace) -> int:
         rules = parse_rules(texts)
     except RuleError as exc:
         raise UserError(f"--fail-on: {exc}") from None
-    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup)
+    min_rounds = args.min_rounds if args.min_rounds is not None else min(DEFAULT_MIN_ROUNDS, args.rounds)
+    settings = AbSettings(rounds=args.rounds, calls=args.calls, warmup=args.warmup, min_rounds=min_rounds,
+                          instances=args.instances)
 
     def report(variant_id: str, outcome: str) -> None:
         if not args.quiet:
@@ -120,13 +125,21 @@ def register(subparsers) -> None:
     """Add `ab` to mlbench's subcommands."""
     from mlbench.cli.parsing import add_command, add_format
     from mlbench.compare.noise import DEFAULT_ALPHA
-    from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_ROUNDS, DEFAULT_WARMUP
+    from mlbench.compare.paired import (
+        DEFAULT_CALLS,
+        DEFAULT_INSTANCES,
+        DEFAULT_MIN_ROUNDS,
+        DEFAULT_ROUNDS,
+        DEFAULT_WARMUP,
+    )
     p = add_command(
         subparsers, "ab", "measure two pipelines' matching variants alternately on this machine (exit 1 on a regression)",
         "BASE and HEAD are pipeline files; or give HEAD alone with --git-base REF: BASE is the same file (and\n"
         "its repository) at that git revision. Variants with the same id are exported as usual, then timed in\n"
         "alternating rounds (A B, B A, ...) so that the machine's drift hits both sides; the verdict uses paired\n"
-        "statistics over the rounds (Wilcoxon signed-rank, a bootstrap interval of the per-round ratio).\n\n"
+        "statistics over the rounds (Wilcoxon signed-rank; the Hodges-Lehmann ratio and its interval). After\n"
+        "--min-rounds, and every 20 rounds after, ab stops early once more rounds could not change any latency\n"
+        "rule's verdict (the interval lies wholly past or wholly within each threshold).\n\n"
         "Rules and output as mlbench compare. Default rules: the --fail-on rules, else HEAD's report.gate,\n"
         "else mlbench's defaults.\n\n"
         "Exit codes: 0 no regression, 1 a regression, 2 bad input, 130 interrupted.",
@@ -136,11 +149,19 @@ def register(subparsers) -> None:
     p.add_argument("--git-base", metavar="REF", help="BASE is the HEAD file (and its repository) at this git revision")
     p.add_argument("--fail-on", action="append", metavar="RULE",
                    help="a regression rule, e.g. latency.median:+5%%; repeatable")
-    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS, help=f"interleaved rounds (default {DEFAULT_ROUNDS})")
+    p.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                   help=f"the most interleaved rounds per variant (default {DEFAULT_ROUNDS})")
+    p.add_argument("--min-rounds", type=int, metavar="N",
+                   help=f"rounds before ab may stop early (default {DEFAULT_MIN_ROUNDS}, or --rounds when smaller; "
+                   "equal to --rounds: always run them all)")
     p.add_argument("--calls", type=int, default=DEFAULT_CALLS,
                    help=f"timed calls per side per round (default {DEFAULT_CALLS})")
     p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP,
                    help=f"untimed calls before each side's timed calls (default {DEFAULT_WARMUP})")
+    p.add_argument("--instances", type=int, default=DEFAULT_INSTANCES, metavar="N",
+                   help=f"copies of each side's model, each loaded into memory of its own, taking the rounds in "
+                   f"turn: where a model lands in memory shifts its speed (default {DEFAULT_INSTANCES}; memory: N "
+                   "copies per side)")
     p.add_argument("--variant", action="append", metavar="PATTERN",
                    help="only variants whose id matches this glob (repeatable)")
     add_format(p, "markdown", "json")

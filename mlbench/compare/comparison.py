@@ -110,9 +110,14 @@ class Interleaved(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    rounds: int
+    rounds: int = Field(description="The most rounds a variant was given.")
+    min_rounds: int | None = Field(default=None, description="Rounds before the first look at whether every "
+                                   "latency rule's verdict was settled (then every 20 rounds).")
+    rounds_run: dict[str, int] = Field(default_factory=dict, description="Rounds each timed variant ran.")
     calls: int = Field(description="Timed calls per side per round.")
     warmup: int = Field(description="Untimed calls before each side's timed calls, every round.")
+    instances: int = Field(default=1, description="Copies of each side's model, each in memory of its own, "
+                           "taking the rounds in turn.")
     order: str = Field(description="Which side went first in successive rounds, e.g. 'A B, B A, ...'.")
     load: dict | None = Field(default=None, description="The machine's load while the rounds ran.")
     skipped: dict[str, str] = Field(default_factory=dict, description="Variants not timed, with the reason.")
@@ -358,9 +363,9 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
     noise_test = (f"{TEST_NAME} (two-sided) on the raw latency samples, α={alpha:g}, and a seeded bootstrap "
                   f"{100 * (1 - alpha):g}% interval of the median (or p90) ratio")
     if interleaved is not None:
-        noise_test = (f"{PAIRED_TEST} (two-sided) on the log ratios head/base of {interleaved.rounds} interleaved "
-                      f"rounds, α={alpha:g}, and a seeded bootstrap {100 * (1 - alpha):g}% interval of the median "
-                      "per-round ratio")
+        noise_test = (f"{PAIRED_TEST} (two-sided) on the log ratios head/base of up to {interleaved.rounds} "
+                      f"interleaved rounds, α={alpha:g}, with the Hodges–Lehmann estimate of the ratio and its "
+                      f"{100 * (1 - alpha):g}% signed-rank interval")
     return Comparison(
         base=run_ref(base, base_label, base_commit), head=run_ref(head, head_label, head_commit),
         rules=[r.text for r in rules],

@@ -57,9 +57,17 @@ def _interleaved(info: Interleaved) -> str:
     from mlbench.load import describe
 
     load = f" Load meanwhile: {describe(info.load)}." if info.load else ""
-    return (f"Measured interleaved on one machine: {info.rounds} rounds, each side {info.calls} timed calls per "
-            f"round after {info.warmup} untimed, in the order {info.order}; figures pool every round, changes are "
-            f"the median of the per-round ratios.{load}")
+    ran = sorted(set(info.rounds_run.values()))
+    rounds = f"{info.rounds} rounds"
+    if info.min_rounds is not None and info.min_rounds < info.rounds:
+        span = f"{ran[0]}" if len(ran) == 1 else f"{ran[0]}–{ran[-1]}"
+        rounds = (f"up to {info.rounds} rounds, stopping (after at least {info.min_rounds}) once more rounds could "
+                  f"not change a latency rule's verdict" + (f"; ran {span}" if ran else ""))
+    copies = (f"; each side's model loaded {info.instances} times, each copy in memory of its own, the copies "
+              "taking the rounds in turn" if info.instances > 1 else "")
+    return (f"Measured interleaved on one machine: {rounds}; each side {info.calls} timed calls per round after "
+            f"{info.warmup} untimed, in the order {info.order}{copies}; figures pool every round, changes are the "
+            f"Hodges–Lehmann estimate of the per-round ratios.{load}")
 
 
 def render_comparison_markdown(comparison: Comparison) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +26,18 @@ from mlbench import __version__
 from mlbench.backends.base import CallTimer, VariantSkipped
 from mlbench.compare.comparison import Comparison, Interleaved, compare
 from mlbench.compare.noise import DEFAULT_ALPHA
-from mlbench.compare.paired import DEFAULT_CALLS, DEFAULT_ROUNDS, DEFAULT_WARMUP, PairedChange, paired_change
-from mlbench.compare.rules import Rule
+from mlbench.compare.paired import (
+    CHECK_EVERY,
+    DEFAULT_CALLS,
+    DEFAULT_INSTANCES,
+    DEFAULT_MIN_ROUNDS,
+    DEFAULT_ROUNDS,
+    DEFAULT_WARMUP,
+    PairedChange,
+    paired_change,
+    settled,
+)
+from mlbench.compare.rules import Rule, default_rules, parse_rules
 from mlbench.config.load import Pipeline
 from mlbench.errors import short_error
 from mlbench.load import load_between, sample
@@ -43,9 +53,15 @@ ORDER = "A B, B A, A B, B A, ... (A: base, B: head)"
 
 @dataclass(frozen=True)
 class AbSettings:
-    rounds: int = DEFAULT_ROUNDS
+    rounds: int = DEFAULT_ROUNDS  # at most
     calls: int = DEFAULT_CALLS  # timed calls per side per round
     warmup: int = DEFAULT_WARMUP  # untimed calls before each side's timed calls, every round
+    min_rounds: int = DEFAULT_MIN_ROUNDS  # before the first look at whether the rules' verdicts are settled
+    instances: int = DEFAULT_INSTANCES  # copies of each side's model, each in its own memory, taking rounds in turn
+
+    @property
+    def first_look(self) -> int:
+        return min(self.min_rounds, self.rounds)
 
 
 @dataclass
@@ -60,15 +76,27 @@ class _Side:
         cache = ArtifactCache(pipeline.cache_dir)
         return cls(label, pipeline, WorkContext(pipeline.config, pipeline.base_dir, cache))
 
-    def timer(self, variant: Variant) -> CallTimer:
+    def timers(self, variant: Variant, instances: int) -> list[CallTimer]:
+        """`instances` copies of the variant, each built, exported and loaded into memory of its own."""
         backend = self.ctx.backend(variant)
         why_not = backend.untimeable(variant)
         if why_not is not None:  # before building or exporting anything
             raise VariantSkipped(why_not)
-        model = self.ctx.model(variant.model)
-        with self.ctx.timed("export"):
-            exported = backend.export(model, variant)
-        return backend.call_timer(model, exported, variant)
+        timers: list[CallTimer] = []
+        try:
+            for _ in range(instances):
+                self.ctx.forget_model()
+                model = self.ctx.model(variant.model)
+                with self.ctx.timed("export"):
+                    exported = backend.export(model, variant)
+                timers.append(backend.call_timer(model, exported, variant))
+        except BaseException:
+            for timer in timers:
+                timer.close()
+            raise
+        finally:
+            self.ctx.forget_model()  # the timers hold what they need
+        return timers
 
     def report(self, run_id: str, created: str, machine: dict[str, Any], settings: AbSettings) -> RunReport:
         records = list(self.records.values())
@@ -76,8 +104,9 @@ class _Side:
             mlbench_version=__version__, run_id=run_id, created=created, finished=utc_now(),
             pipeline=PipelineInfo(name=self.pipeline.config.name, path=str(self.pipeline.path),
                                   sha256=self.pipeline.sha256),
-            machine=machine, settings={"ab": {"rounds": settings.rounds, "calls": settings.calls,
-                                              "warmup": settings.warmup}, "seed": self.pipeline.config.seed},
+            machine=machine, settings={"ab": {"rounds": settings.rounds, "min_rounds": settings.first_look,
+                                              "calls": settings.calls, "warmup": settings.warmup,
+                                              "instances": settings.instances}, "seed": self.pipeline.config.seed},
             records=records, stage_seconds={k: round(v, 6) for k, v in self.ctx.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
         )
@@ -95,15 +124,45 @@ def _stats(block: list[float]) -> dict[str, float]:
             "latency.p90": percentile(ordered, 0.9)}
 
 
-def interleave(a: CallTimer, b: CallTimer, settings: AbSettings) -> tuple[list[list[float]], list[list[float]]]:
-    """Each side's timed blocks, one per round, with the sides' order alternating round by round."""
-    blocks: tuple[list[list[float]], list[list[float]]] = ([], [])
+Blocks = tuple[list[list[float]], list[list[float]]]
+
+
+def interleave(a: Sequence[CallTimer], b: Sequence[CallTimer], settings: AbSettings,
+               done: Callable[[Blocks], bool] | None = None) -> Blocks:
+    """Each side's timed blocks, one per round, with the sides' order alternating round by round and
+    each side's copies taking the rounds in turn (round r: copy r mod copies).
+
+    After `settings.min_rounds` rounds, and every CHECK_EVERY rounds after, `done(blocks)` may stop
+    the rounds before `settings.rounds`."""
+    blocks: Blocks = ([], [])
     with quiet_heap():
         for r in range(settings.rounds):
             for side in ((0, 1) if r % 2 == 0 else (1, 0)):
-                timer = (a, b)[side]
+                copies = (a, b)[side]
+                timer = copies[r % len(copies)]
                 blocks[side].append(timer.time(settings.calls, settings.warmup))
+            run = r + 1
+            if (done is not None and run < settings.rounds and run >= settings.first_look
+                    and (run - settings.first_look) % CHECK_EVERY == 0 and done(blocks)):
+                break
     return blocks
+
+
+def _paired_changes(blocks: Blocks, alpha: float) -> dict[str, PairedChange]:
+    stats = [[_stats(block) for block in side_blocks] for side_blocks in blocks]
+    return {name: paired_change([s[name] for s in stats[0]], [s[name] for s in stats[1]], alpha)
+            for name in stats[0][0]}
+
+
+def settled_for(rules: list[Rule], alpha: float) -> Callable[[Blocks], bool]:
+    """Stop the rounds once no relative rule on a paired metric could change its verdict with more."""
+    watched = [r for r in rules if r.kind == "relative"]
+
+    def done(blocks: Blocks) -> bool:
+        changes = _paired_changes(blocks, alpha)
+        return all(settled(changes[r.metric], r.threshold) for r in watched if r.metric in changes)
+
+    return done
 
 
 def _timed_record(variant: Variant, blocks: list[list[float]], settings: AbSettings, started: str,
@@ -114,7 +173,7 @@ def _timed_record(variant: Variant, blocks: list[list[float]], settings: AbSetti
     metrics = {name: Metric.measured(value, "ms") for name, value in
                (("latency.median", latency.median), ("latency.best", latency.best), ("latency.p90", latency.p90))}
     return _record(variant, "ok", started, t0, metrics=metrics, latency=latency,
-                   details={"ab_round_medians": [statistics.median(b) for b in blocks]})
+                   details={"ab_rounds": len(blocks), "ab_round_medians": [statistics.median(b) for b in blocks]})
 
 
 def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, settings: AbSettings | None = None,
@@ -127,6 +186,7 @@ def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, s
     is told each variant's outcome as it finishes.
     """
     settings = settings or AbSettings()
+    rules = list(rules) if rules is not None else parse_rules(default_rules())
     sides = (_Side.of("base", base), _Side.of("head", head))
     base_plan = {v.id: v for v in Plan(expand(base.config)).variants}
     head_plan = list(Plan(expand(head.config)).variants)
@@ -142,40 +202,47 @@ def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, s
             continue
         if select is not None and not select(vid):
             continue
-        outcome = _measure_pair(sides, (base_plan[vid], head_variant), settings, alpha, paired)
+        outcome = _measure_pair(sides, (base_plan[vid], head_variant), settings, alpha, paired, rules)
         if outcome is not None and all(side.records[vid].status == "skipped" for side in sides):
             skipped[vid] = outcome
         if on_variant is not None:
             on_variant(vid, outcome or "measured")
     machine = {**snapshot(), "load": load_between(started_load, sample(), "interleaved rounds")}
     reports = [side.report(f"{run_id}-{side.label}", created, machine, settings) for side in sides]
-    interleaved = Interleaved(rounds=settings.rounds, calls=settings.calls, warmup=settings.warmup, order=ORDER,
+    rounds_run = {vid: r.details["ab_rounds"] for vid, r in sides[1].records.items() if "ab_rounds" in r.details}
+    interleaved = Interleaved(rounds=settings.rounds, min_rounds=settings.first_look, rounds_run=rounds_run,
+                              calls=settings.calls, warmup=settings.warmup, instances=settings.instances, order=ORDER,
                               load=machine["load"], skipped=skipped)
     return compare(reports[0], reports[1], rules, alpha=alpha, base_label=base_label, head_label=head_label,
                    base_commit=base_commit, head_commit=head_commit, paired=paired, interleaved=interleaved)
 
 
 def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant], settings: AbSettings,
-                  alpha: float, paired: dict[str, dict[str, PairedChange]]) -> str | None:
+                  alpha: float, paired: dict[str, dict[str, PairedChange]], rules: list[Rule]) -> str | None:
     """Time one variant on both sides; its records go to each side. Returns why it was not timed, if so."""
     started, t0 = utc_now(), time.perf_counter()
-    timers: list[CallTimer | None] = []
-    problems: list[tuple[str, str] | None] = []  # (status, reason) per side
-    for side, variant in zip(sides, variants):
-        try:
-            timers.append(side.timer(variant))
-            problems.append(None)
-        except VariantSkipped as exc:
-            timers.append(None)
-            problems.append(("skipped", str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a side that cannot run fails its record, not the comparison
-            timers.append(None)
-            problems.append(("failed", short_error(exc)))
+    timers: list[list[CallTimer] | None] = [[], []]
+    problems: list[tuple[str, str] | None] = [None, None]  # (status, reason) per side
+    for _ in range(settings.instances):  # the sides' copies built alternately: neither is always built first
+        for i, (side, variant) in enumerate(zip(sides, variants)):
+            copies = timers[i]
+            if copies is None:
+                continue
+            try:
+                copies += side.timers(variant, 1)
+            except VariantSkipped as exc:
+                problems[i] = ("skipped", str(exc))
+            except Exception as exc:  # noqa: BLE001 - a side that cannot run fails its record, not the comparison
+                problems[i] = ("failed", short_error(exc))
+            if problems[i] is not None:
+                for timer in copies:
+                    timer.close()
+                timers[i] = None
     try:
         a, b = timers
         if a is not None and b is not None:
             try:
-                blocks = interleave(a, b, settings)
+                blocks = interleave(a, b, settings, settled_for(rules, alpha))
             except Exception as exc:  # noqa: BLE001 - a call that fails mid-round fails both records
                 for side, variant in zip(sides, variants):
                     side.records[variant.id] = _record(variant, "failed", started, t0,
@@ -183,9 +250,7 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
                 return f"measure: {short_error(exc)}"
             for side, variant, side_blocks in zip(sides, variants, blocks):
                 side.records[variant.id] = _timed_record(variant, side_blocks, settings, started, t0)
-            stats = [[_stats(block) for block in side_blocks] for side_blocks in blocks]
-            paired[variants[1].id] = {name: paired_change([s[name] for s in stats[0]], [s[name] for s in stats[1]],
-                                                          alpha) for name in stats[0][0]}
+            paired[variants[1].id] = _paired_changes(blocks, alpha)
             return None
         for i, (side, variant) in enumerate(zip(sides, variants)):
             problem, other = problems[i], problems[1 - i]
@@ -199,6 +264,6 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
         reasons = {p[1] for p in problems if p is not None}
         return "; ".join(sorted(reasons))
     finally:
-        for timer in timers:
-            if timer is not None:
+        for copies in timers:
+            for timer in copies or ():
                 timer.close()

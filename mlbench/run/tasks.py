@@ -80,6 +80,10 @@ class WorkContext:
             self._backends[variant.target_index] = backend
         return self._backends[variant.target_index]
 
+    def forget_model(self) -> None:
+        """The next `model()` builds afresh (`mlbench ab` times several copies, each in its own memory)."""
+        self._model = None
+
     def model(self, name: str) -> Any:
         """The loaded model, built once while its variants run (only the latest is kept: memory)."""
         from mlbench.sources.loading import load_model
