@@ -223,9 +223,9 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
     started, t0 = utc_now(), time.perf_counter()
     timers: list[list[CallTimer] | None] = [[], []]
     problems: list[tuple[str, str] | None] = [None, None]  # (status, reason) per side
-    for _ in range(settings.instances):  # the sides' copies built alternately: neither is always built first
-        for i, (side, variant) in enumerate(zip(sides, variants)):
-            copies = timers[i]
+    for k in range(settings.instances):  # the sides' copies built alternately, A B, B A, ...: neither always first
+        for i in ((0, 1) if k % 2 == 0 else (1, 0)):
+            side, variant, copies = sides[i], variants[i], timers[i]
             if copies is None:
                 continue
             try:
