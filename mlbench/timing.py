@@ -5,11 +5,13 @@ calls are timed one by one until both `repeats` and `min_time_s` are met. The lo
 bare — one clock read either side of the call, the samples list allocated before the loop — so
 mlbench adds nothing a hand-written loop would not (benchmarks/harness_overhead.py checks this).
 
-Before the timed calls the garbage collector runs once and every object alive is frozen
+Before the warmup calls the garbage collector runs once and every object alive is frozen
 (`gc.freeze`): collections during the timed calls then only look at what the calls themselves
 allocate, instead of a full pass over every object the process holds (torch and a converter
 imported, a few million), which lands a pause of tens of milliseconds in a random sample. The
-collector keeps running, so nothing the model leaks in cycles accumulates.
+collector keeps running, so nothing the model leaks in cycles accumulates. The collection comes
+before the warmup, not between warmup and timed calls: its pass over millions of objects evicts the
+model's weights from the CPU caches, and the first timed calls paid for that.
 """
 
 from __future__ import annotations
@@ -83,13 +85,13 @@ def time_calls(
     `max_repeats` bounds the loop for very fast calls (a 10 µs model would otherwise store 100k
     samples per second of `min_time_s`).
     """
-    for _ in range(warmup):
-        call()
     clock = time.perf_counter_ns
     min_time_ns = int(min_time_s * 1e9)
     first_phase = min(repeats, max_repeats)
     samples_ns = [0] * first_phase
     with quiet_heap():
+        for _ in range(warmup):  # after the collection: its pass over the heap evicts the model from the caches
+            call()
         start = clock()
         for i in range(first_phase):  # as bare as a hand-written loop
             t0 = clock()
