@@ -62,6 +62,19 @@ def test_unchanged_entry_is_trusted_without_hashing(tmp_path: Path, hashes: list
     assert (tmp_path / STATE_NAME).exists()
 
 
+def test_a_stat_nobody_trusts_means_hashing_every_lookup(tmp_path: Path, hashes: list[Path],
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    key = key_for("untrusted")
+    ArtifactCache(tmp_path).get_or_build(key, INPUTS, build_package)
+    hashes.clear()
+    monkeypatch.setenv("MLBENCH_CACHE_TRUST_STAT", "0")
+    for _ in range(2):
+        assert ArtifactCache(tmp_path).lookup(key) is not None
+    assert len(hashes) == 2
+    monkeypatch.setenv("MLBENCH_CACHE_TRUST_STAT", "1")  # anything but "0" trusts, as by default
+    assert ArtifactCache(tmp_path).lookup(key) is not None and len(hashes) == 2
+
+
 def test_published_files_are_backdated(tmp_path: Path) -> None:
     before = time.time_ns()
     entry, _ = ArtifactCache(tmp_path).get_or_build(key_for("old"), INPUTS, build_package)

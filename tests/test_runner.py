@@ -52,6 +52,8 @@ targets:"""
         "model: model does not run on its inputs (image[1, 5, 32, 32]): RuntimeError: ")
     assert data["summary"] == {"ok": 2, "failed": 4, "skipped": 0}
     assert data["machine"]["packages"]["torch"]
+    # the measuring child's start (interpreter and imports) is its own stage, not hidden in the others
+    assert data["stage_seconds"]["child_start"] > 0
 
     journal = [json.loads(line) for line in (tmp_path / "out" / "journal.jsonl").read_text().splitlines()]
     assert journal[0]["run"]["run_id"] == data["run_id"]

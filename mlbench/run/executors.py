@@ -91,6 +91,8 @@ class LocalExecutor:
 
     def close(self) -> None:
         self.pool.close()
+        if self.pool.startup_seconds():  # children's interpreter start and imports, outside every stage
+            self.stage_seconds["child_start"] = self.pool.startup_seconds()
 
 
 class DaskExecutor:

@@ -49,6 +49,8 @@ class Child:
     """One child process and the two ends the coordinator holds: the request pipe and the lifeline."""
 
     def __init__(self, memory_bytes: int = 0, packages: tuple[str, ...] = ()) -> None:
+        self.spawned = time.perf_counter()
+        self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
         parent_end, child_end = socket.socketpair()
         lifeline_read, self._lifeline = os.pipe()  # the child exits when this write end closes
         try:
@@ -79,6 +81,7 @@ class Child:
                 self.kill()
                 raise ChildDied
             self.ready = True
+            self.startup_s = time.perf_counter() - self.spawned
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.wait_ready()
@@ -134,6 +137,15 @@ class ChildPool:
 
     def __init__(self) -> None:
         self.children: list[Child] = []
+        self._ended_startup_s = 0.0
+
+    def startup_seconds(self) -> float:
+        """Seconds every child so far spent starting (summed: children started together overlap)."""
+        return self._ended_startup_s + sum(c.startup_s for c in self.children)
+
+    def _forget(self, child: Child) -> None:
+        self._ended_startup_s += child.startup_s
+        self.children.remove(child)
 
     def acquire(self, memory_bytes: int) -> Child:
         for child in self.children:
@@ -159,18 +171,18 @@ class ChildPool:
         """Kill a child that failed or ran past its limit; the next request gets a fresh one."""
         child.kill()
         if child in self.children:
-            self.children.remove(child)
+            self._forget(child)
 
     def trim(self, keep: int) -> None:
         """Close idle children beyond `keep` (after the parallel exports: measurements run alone)."""
         for child in [c for c in self.children if not c.busy][keep:]:
             child.close()
-            self.children.remove(child)
+            self._forget(child)
 
     def close(self) -> None:
-        for child in self.children:
+        for child in list(self.children):
             child.close()
-        self.children.clear()
+            self._forget(child)
 
 
 def _relog(message: tuple[Any, ...]) -> None:
