@@ -55,7 +55,7 @@ class Faulty(torch.nn.Module):
 
 
 class ExitOnBuild(torch.nn.Module):
-    """Exits its process as soon as it is built (on any device): the export order's parameter count
+    """Exits its process as soon as it is built (on any device): the export order's model size
     runs it in a child, which dies, never the coordinator."""
 
     def __init__(self) -> None:

@@ -82,11 +82,11 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
             conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact))
         conn.send(("done", None, _take_seconds(ctx)))
     elif kind == "counts":  # builds the user's models on the meta device: here, never in the coordinator
-        from mlbench.run.schedule import parameter_counts
+        from mlbench.run.schedule import model_sizes
 
         _, spec, models = message
         ctx = worker_context(spec)
-        conn.send(("done", parameter_counts(ctx.config, ctx.base_dir, models), {}))
+        conn.send(("done", model_sizes(ctx.config, ctx.base_dir, models), {}))
     else:
         raise ValueError(f"unknown request {kind!r}")
 

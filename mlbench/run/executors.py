@@ -59,8 +59,8 @@ class LocalExecutor:
             return
         self.pool.prestart(min(self.jobs, exports), memory_bytes, tuple(packages))
 
-    def parameter_counts(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0) -> dict[str, int]:
-        """model → parameter count, built on the meta device in a child (a user's model never runs in
+    def model_sizes(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0) -> dict[str, float]:
+        """model → size (`schedule.size_of`), built on the meta device in a child (a user's model never runs in
         the coordinator); {} when that child fails or takes longer than COUNTS_S."""
         counts = ask(self.pool, ("counts", spec, models), memory_bytes, COUNTS_S)
         return counts if isinstance(counts, dict) else {}

@@ -118,7 +118,7 @@ class Runner:
 
     def _order_exports(self, executor: LocalExecutor, to_export: list) -> list:
         """Longest first (`schedule.py`), while the export children start and import torch and the
-        converters; the parameter counts that may decide the order are taken in one of those children."""
+        converters; the model sizes that may decide the order are taken in one of those children."""
         from mlbench.backends.registry import specs
         from mlbench.run.schedule import longest_first
 
@@ -127,7 +127,7 @@ class Runner:
                       memory)
         history = self.pipeline.history_path if self.config.history.enabled else None
         return longest_first(to_export, self.config, self.pipeline.base_dir, history,
-                             counts=lambda models: executor.parameter_counts(self.spec, models, memory))
+                             sizes=lambda models: executor.model_sizes(self.spec, models, memory))
 
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)

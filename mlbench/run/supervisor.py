@@ -204,7 +204,7 @@ def _add(total: dict[str, float], seconds: dict[str, float] | None) -> None:
 def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: float) -> Any:
     """One short request answered by ("done", result, ...) in a child of `pool`; None if the child
     failed, died or took longer than `seconds` (it is then discarded). For what only informs the
-    coordinator (the parameter counts that order the exports), never for a variant's own work."""
+    coordinator (the model sizes that order the exports), never for a variant's own work."""
     child = pool.acquire(memory_bytes)
     try:
         child.send(request)  # waits for a fresh child's imports first
