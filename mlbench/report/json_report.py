@@ -1,9 +1,10 @@
-"""The JSON report: the RunReport, checked against the committed schema before it is written."""
+"""The JSON report: the RunReport as JSON. Its schema is generated from the same model, so a dump
+matches it by construction; the tests validate real reports against it with jsonschema, rather than
+every run paying for that (1.4 s on the 5 MB report of pipelines/coreml.yaml's 51 variants)."""
 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
 from typing import Any
 
 from mlbench.records import RunReport
@@ -17,22 +18,5 @@ def report_schema() -> dict[str, Any]:
     return schema
 
 
-@lru_cache(maxsize=1)
-def _validator():
-    import jsonschema
-
-    return jsonschema.Draft202012Validator(report_schema())
-
-
-class ReportSchemaError(Exception):
-    """A report that does not match its schema: a bug in mlbench, never the user's fault."""
-
-
 def render_json(report: RunReport) -> str:
-    data = json.loads(report.model_dump_json())
-    errors = sorted(_validator().iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        first = errors[0]
-        where = "/".join(str(p) for p in first.absolute_path)
-        raise ReportSchemaError(f"report does not match its schema at /{where}: {first.message}")
-    return json.dumps(data, indent=2) + "\n"
+    return json.dumps(json.loads(report.model_dump_json()), indent=2) + "\n"

@@ -9,6 +9,7 @@ on. Records come back to the coordinator as they finish; it journals them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -90,9 +91,11 @@ class LocalExecutor:
                                      self.stage_seconds)
 
     def close(self) -> None:
-        self.pool.close()
+        """Ask the children to exit and reap them in the background: an interpreter holding torch and a
+        converter takes a second or two to shut down, which the coordinator spends writing the reports."""
         if self.pool.startup_seconds():  # children's interpreter start and imports, outside every stage
             self.stage_seconds["child_start"] = self.pool.startup_seconds()
+        threading.Thread(target=self.pool.close, name="mlbench-children-exit", daemon=True).start()
 
 
 class DaskExecutor:
