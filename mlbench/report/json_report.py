@@ -1,13 +1,21 @@
-"""The JSON report: the RunReport as JSON. Its schema is generated from the same model, so a dump
-matches it by construction; the tests validate real reports against it with jsonschema, rather than
-every run paying for that (1.4 s on the 5 MB report of pipelines/coreml.yaml's 51 variants)."""
+"""The JSON report: the RunReport as JSON, read back through the same model before it is written.
+
+The schema is generated from that model, so a report that reads back is one that matches it. Reading
+back with pydantic takes milliseconds where validating with jsonschema took 1.4 s on the 5 MB report of
+pipelines/coreml.yaml's 51 variants; the tests still validate real reports with jsonschema."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from pydantic import ValidationError
+
 from mlbench.records import RunReport
+
+
+class ReportSchemaError(Exception):
+    """A report that does not match its schema: a bug in mlbench, never the user's fault."""
 
 
 def report_schema() -> dict[str, Any]:
@@ -19,4 +27,11 @@ def report_schema() -> dict[str, Any]:
 
 
 def render_json(report: RunReport) -> str:
-    return json.dumps(json.loads(report.model_dump_json()), indent=2) + "\n"
+    text = report.model_dump_json(warnings=False)
+    try:
+        RunReport.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = "/".join(str(p) for p in first["loc"])
+        raise ReportSchemaError(f"report does not match its schema at /{where}: {first['msg']}") from None
+    return json.dumps(json.loads(text), indent=2) + "\n"
