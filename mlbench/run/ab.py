@@ -3,10 +3,14 @@ Pinpoint, the Rust compiler's perf runs), so drift — another job starting, a t
 noisy neighbour — hits both sides alike.
 
 Variants are matched by id; each side's artifact is exported as usual (through the cache) and loaded
-once through the backend's `call_timer`. Then, per variant, rounds alternate the order of the sides
-(A B, B A, A B, ...): in each round each side makes `warmup` untimed and `calls` timed calls. The
-verdict (`mlbench.compare.comparison.compare` with paired changes) judges the per-round ratios
-head / base, so it is the same rules, Markdown and JSON as `mlbench compare`.
+through the backend's `call_timer` as several copies (`instances`), each built afresh into memory of
+its own and built alternately with the other side's, so that where a copy lands in memory biases
+neither side. Then, per variant, rounds alternate the order of the sides (A B, B A, A B, ...) and each
+side's copies take the rounds in turn: in each round each side makes `warmup` untimed and `calls`
+timed calls. After `min_rounds`, and every CHECK_EVERY rounds after, the rounds stop once no relative
+latency rule's verdict could change (`paired.settled`); else they run to `rounds`. The verdict
+(`mlbench.compare.comparison.compare` with paired changes) judges the per-round ratios head / base,
+so it is the same rules, Markdown and JSON as `mlbench compare`.
 
 Unlike `mlbench run`, everything here happens in this process (no supervised children, no
 limits): the sides alternate blocks of calls back to back, which a pipe round trip per block would
@@ -238,6 +242,8 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
                 for timer in copies:
                     timer.close()
                 timers[i] = None
+        if any(problems):  # nothing will be timed: build no more copies of the other side
+            break
     try:
         a, b = timers
         if a is not None and b is not None:
