@@ -8,10 +8,11 @@ head / base, never on the pooled samples:
   signed-rank interval (Hollander & Wolfe, "Nonparametric Statistical Methods", §3.2), so the test,
   the estimate and the interval always tell one story.
 
-Why not the median of the ratios with a bootstrap interval (the first version): on a busy 2-core VM
-it caught a 5%-slower head in 8 of 20 trials at 20 rounds and 18 of 20 at 80, the Hodges–Lehmann
-interval 10 and 20 of 20, both with no false alarm in 20 A=A trials (benchmarks/ab_noise.py's data,
-docs/benchmarks.md). It uses every pair of rounds, not only the middle one.
+Why not the median of the ratios with a bootstrap interval (the first version): the two caught about
+as many 5%-slower heads on the same recorded noisy trials (median rule, 20 trials: bootstrap 8, 12, 18
+at 20, 40, 80 rounds; Hodges–Lehmann 7, 14, 19; no false alarm in 20 A=A trials for either), but the
+bootstrap interval could disagree with the test, and it used only the middle of the rounds. What
+moved the hit rate was more, shorter rounds and several copies of each model (docs/benchmarks.md).
 
 The result is a `NoiseTest`, so `compare` judges rules with it exactly as it judges two runs.
 """
