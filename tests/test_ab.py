@@ -90,6 +90,10 @@ def test_cli_output_exit_codes_and_variants_on_one_side(write_pipeline, capsys):
                                        "--git-base REF\n")
     assert main(["ab", str(base), str(head), "--rounds", "0"]) == 2
     assert capsys.readouterr().err == "--rounds must be at least 1, got 0\n"
+    assert main(["ab", str(base), str(head), "--rounds", "30", "--min-rounds", "31"]) == 2
+    assert capsys.readouterr().err == "--min-rounds must be between 1 and --rounds (30), got 31\n"
+    assert main(["ab", str(base), str(head), "--instances", "0"]) == 2
+    assert capsys.readouterr().err == "--instances must be at least 1, got 0\n"
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="Core ML times on macOS")
