@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection, wait
@@ -132,6 +133,11 @@ class Child:
             self._lifeline = -1
 
 
+def _close_all(children: list[Child]) -> None:
+    for child in children:
+        child.close()
+
+
 class ChildPool:
     """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
 
@@ -175,9 +181,11 @@ class ChildPool:
 
     def trim(self, keep: int) -> None:
         """Close idle children beyond `keep` (after the parallel exports: measurements run alone)."""
-        for child in [c for c in self.children if not c.busy][keep:]:
-            child.close()
+        idle = [c for c in self.children if not c.busy][keep:]
+        for child in idle:
             self._forget(child)
+        if idle:  # an interpreter holding torch takes a second or two to exit: not on the run's critical path
+            threading.Thread(target=_close_all, args=(idle,), name="mlbench-children-exit", daemon=True).start()
 
     def close(self) -> None:
         for child in list(self.children):
