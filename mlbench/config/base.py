@@ -67,6 +67,11 @@ def _as_list(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
+def first_repeat(names: list[str]) -> str | None:
+    """The first name that appears more than once (model names, input names), or None."""
+    return next((name for name in names if names.count(name) > 1), None)
+
+
 def _no_duplicates(values: list[Any]) -> list[Any]:
     seen: list[Any] = []
     for value in values:

@@ -28,7 +28,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
-from mlbench.config.base import StrictModel
+from mlbench.config.base import StrictModel, first_repeat
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """For pydantic's `pattern` (its regex engine's `$` is the end of the text); Python code uses SAFE_NAME_RE."""
@@ -220,10 +220,8 @@ class ModelSpec(StrictModel):
     @field_validator("inputs")
     @classmethod
     def _inputs_fit(cls, inputs: list[ModelInput]) -> list[ModelInput]:
-        names = [i.name for i in inputs]
-        for name in names:
-            if names.count(name) > 1:
-                raise ValueError(f"input name '{name}' is used twice; forward() takes each input once")
+        if (name := first_repeat([i.name for i in inputs])) is not None:
+            raise ValueError(f"input name '{name}' is used twice; forward() takes each input once")
         for i in inputs:
             elements = i.largest_elements
             if elements > MAX_INPUT_ELEMENTS:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
 from mlbench.backends.registry import specs
-from mlbench.config.base import MAX_LIMIT_S, NO_OPTIMIZATION, Limits, StrictModel, TargetBase
+from mlbench.config.base import MAX_LIMIT_S, NO_OPTIMIZATION, Limits, StrictModel, TargetBase, first_repeat
 from mlbench.config.models import (
     SAFE_NAME,
     SAFE_NAME_RE,
@@ -207,10 +207,8 @@ class PipelineConfig(StrictModel):
     @field_validator("models")
     @classmethod
     def _unique_model_names(cls, models: list[ModelSpec]) -> list[ModelSpec]:
-        names = [m.name for m in models]
-        for name in names:
-            if names.count(name) > 1:
-                raise ValueError(f"model name '{name}' is used twice")
+        if (name := first_repeat([m.name for m in models])) is not None:
+            raise ValueError(f"model name '{name}' is used twice")
         return models
 
 
