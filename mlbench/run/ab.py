@@ -80,27 +80,20 @@ class _Side:
         cache = ArtifactCache(pipeline.cache_dir)
         return cls(label, pipeline, WorkContext(pipeline.config, pipeline.base_dir, cache))
 
-    def timers(self, variant: Variant, instances: int) -> list[CallTimer]:
-        """`instances` copies of the variant, each built, exported and loaded into memory of its own."""
+    def timer(self, variant: Variant) -> CallTimer:
+        """One copy of the variant, built, exported and loaded into memory of its own."""
         backend = self.ctx.backend(variant)
         why_not = backend.untimeable(variant)
         if why_not is not None:  # before building or exporting anything
             raise VariantSkipped(why_not)
-        timers: list[CallTimer] = []
+        self.ctx.forget_model()
         try:
-            for _ in range(instances):
-                self.ctx.forget_model()
-                model = self.ctx.model(variant.model)
-                with self.ctx.timed("export"):
-                    exported = backend.export(model, variant)
-                timers.append(backend.call_timer(model, exported, variant))
-        except BaseException:
-            for timer in timers:
-                timer.close()
-            raise
+            model = self.ctx.model(variant.model)
+            with self.ctx.timed("export"):
+                exported = backend.export(model, variant)
+            return backend.call_timer(model, exported, variant)
         finally:
-            self.ctx.forget_model()  # the timers hold what they need
-        return timers
+            self.ctx.forget_model()  # the timer holds what it needs
 
     def report(self, run_id: str, created: str, machine: dict[str, Any], settings: AbSettings) -> RunReport:
         records = list(self.records.values())
@@ -233,7 +226,7 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
             if copies is None:
                 continue
             try:
-                copies += side.timers(variant, 1)
+                copies.append(side.timer(variant))
             except VariantSkipped as exc:
                 problems[i] = ("skipped", str(exc))
             except Exception as exc:  # noqa: BLE001 - a side that cannot run fails its record, not the comparison
