@@ -9,7 +9,6 @@ on. Records come back to the coordinator as they finish; it journals them.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -95,7 +94,7 @@ class LocalExecutor:
         converter takes a second or two to shut down, which the coordinator spends writing the reports."""
         if self.pool.startup_seconds():  # children's interpreter start and imports, outside every stage
             self.stage_seconds["child_start"] = self.pool.startup_seconds()
-        threading.Thread(target=self.pool.close, name="mlbench-children-exit", daemon=True).start()
+        self.pool.close_in_background()
 
 
 class DaskExecutor:

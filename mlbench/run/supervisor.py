@@ -138,6 +138,13 @@ def _close_all(children: list[Child]) -> None:
         child.close()
 
 
+def _close_in_background(children: list[Child]) -> None:
+    """An interpreter holding torch and a converter takes a second or two to exit: let it, off the
+    run's critical path (the lifeline still ends a child whose coordinator exits first)."""
+    if children:
+        threading.Thread(target=_close_all, args=(children,), name="mlbench-children-exit", daemon=True).start()
+
+
 class ChildPool:
     """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
 
@@ -184,8 +191,14 @@ class ChildPool:
         idle = [c for c in self.children if not c.busy][keep:]
         for child in idle:
             self._forget(child)
-        if idle:  # an interpreter holding torch takes a second or two to exit: not on the run's critical path
-            threading.Thread(target=_close_all, args=(idle,), name="mlbench-children-exit", daemon=True).start()
+        _close_in_background(idle)
+
+    def close_in_background(self) -> None:
+        """Forget every child and let them exit while the caller goes on (writing the reports)."""
+        children = list(self.children)
+        for child in children:
+            self._forget(child)
+        _close_in_background(children)
 
     def close(self) -> None:
         for child in list(self.children):
