@@ -58,7 +58,9 @@ def test_partial_report_says_so():
 
 def test_json_round_trips_and_is_schema_checked():
     original = report([record("m/torch/cpu/float32")])
-    data = json.loads(render_json(original))
+    text = render_json(original)
+    assert text.startswith('{\n  "') and text.endswith("}\n")  # indented for people reading a diff
+    data = json.loads(text)
     assert data["schema_version"] == 2
     assert data["records"][0]["metrics"]["latency.median"] == {"value": 10.0, "unit": "ms", "source": "measured",
                                                               "reason": None}
