@@ -378,3 +378,19 @@ def test_shorten_messages():
     assert len(long) == 200 and long.endswith("…")
     assert shorten_coremltools_message(KeyError("missing")) == "missing"
     assert shorten_coremltools_message(ValueError()) == "ValueError"
+
+
+def test_coremltools_is_imported_without_scikit_learn_which_a_model_may_still_import():
+    """import_coremltools hides scikit-learn while coremltools imports (its sklearn converters are never
+    used; the import cost a second of every child's start); a user's model imports it afterwards."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("sklearn")
+    script = ("import sys\nfrom mlbench.backends.coreml.messages import import_coremltools\nct = import_coremltools()\n"
+              "assert 'sklearn' not in sys.modules and not ct._deps._HAS_SKLEARN\n"
+              "import sklearn.linear_model\nprint('sklearn', sklearn.__version__)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("sklearn ")
+    assert "scikit-learn version" not in done.stderr  # coremltools' notice about it is gone with it

@@ -54,7 +54,9 @@ def test_longest_first_by_the_last_runs_export_times(write_pipeline, monkeypatch
 
 
 def test_warm_task_imports_and_names_what_it_could_not():
-    assert warm_task(["json", "no_such_package_here"]) == ["no_such_package_here"]
+    assert warm_task(["json", "no_such_package_here", "os:getcwd", "json:dumps"]) == [
+        "no_such_package_here", "json:dumps"]  # a call that raises (json.dumps() wants an argument) is named too
+
 
 
 def test_a_run_records_the_load_while_it_measured(write_pipeline, tiny_pipeline_text):

@@ -105,6 +105,12 @@ class Backend:
         """Time, verify and analyse one variant. Raise VariantSkipped when this machine can't."""
         raise NotImplementedError
 
+    def measure_times(self, variant: Variant) -> bool:
+        """Whether `measure` times anything on this machine. False lets a local run on several cores
+        measure the variant beside the exports (other work cannot disturb what it finds); True, the
+        safe default, keeps it in the phase where measurements run one at a time."""
+        return True
+
     def untimeable(self, variant: Variant) -> str | None:
         """Why `call_timer` cannot time this variant on this machine, asked before anything is exported;
         None when it can."""

@@ -77,6 +77,9 @@ class BackendSpec:
     """"module:Class" of the Backend subclass; imported only when a variant is exported or measured."""
     packages: tuple[str, ...] = ()
     """Distributions whose versions the machine snapshot records."""
+    warmup: tuple[str, ...] = ()
+    """"module:function" calls that ready a fresh export child for this backend's exports before its first
+    request (a converter's import, done quietly); when empty, each of `packages` is imported."""
     devices: tuple[DeviceInfo, ...] = ()
     """Devices its placement summaries use, each counted in `placement.<device>` fractions."""
     recipes: Any = None
@@ -94,6 +97,11 @@ class BackendSpec:
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
     extras: dict[str, Any] = field(default_factory=dict)
+
+    def warmups(self) -> tuple[str, ...]:
+        """What a fresh export child does for this backend before its first request: `warmup`, else
+        an import of each of `packages`."""
+        return self.warmup or self.packages
 
     def backend_class(self) -> Any:
         """The `mlbench.backends.base.Backend` subclass. Typed loosely on purpose: naming Backend here

@@ -1,4 +1,4 @@
-"""The child process that runs user models for a coordinator: `python -m mlbench.run.child FD LIFELINE MEMORY [PACKAGES]`.
+"""The child process that runs user models for a coordinator: `python -m mlbench.run.child FD LIFELINE MEMORY [WARMUPS]`.
 
 Everything that imports, builds, exports or calls a user's model happens here, never in the
 coordinator, so a model that segfaults, calls `os._exit`, hangs or eats memory costs this process
@@ -8,7 +8,8 @@ Protocol over the connection FD (pickles framed by `multiprocessing.connection`)
 time, after the child says ("ready",) once its imports are done (so no time limit pays for them):
 
     → ("export", WorkSpec, Variant, threads | None)   ← ("done", ExportOutcome, stage_seconds)
-    → ("measure", WorkSpec, [Variant], failure | None) ← ("stage", subject, stage)* interleaved with
+    → ("measure", WorkSpec, [Variant], failure | None, threads | None)
+                                                       ← ("stage", subject, stage)* interleaved with
                                                          ("finished", record JSON, artifact)*, then
                                                          ("done", None, stage_seconds)
     → ("counts", WorkSpec, {model})                 ← ("done", {model: parameters}, {})  (export order)
@@ -21,9 +22,9 @@ loop, one variant at a time; the parent only waits on the pipe meanwhile (no pol
 
 The child dies with its coordinator: it holds the read end of a pipe whose only write end the
 coordinator holds, and a thread blocked on it (no polling) exits the process at end-of-file.
-PACKAGES (comma-separated: a converter such as coremltools) are imported with torch before
-("ready",), so a child started while the coordinator orders the exports has paid for them by the
-time its first export arrives.
+WARMUPS (comma-separated `BackendSpec.warmups`: a converter's quiet import, or a package name) are
+done after torch's import and before ("ready",), so a child started while the coordinator orders
+the exports has paid for them by the time its first export arrives.
 MEMORY > 0 caps what it may allocate, in bytes (Linux: RLIMIT_DATA, which counts the heap and
 anonymous mappings but not the shared libraries torch maps; elsewhere RLIMIT_AS, which macOS
 does not enforce).
@@ -72,14 +73,19 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
         outcome = export_task(spec, variant, threads)
         conn.send(("done", outcome, _take_seconds(worker_context(spec))))
     elif kind == "measure":
-        _, spec, group, failure = message
+        from contextlib import nullcontext
+
+        from mlbench.run.threads import limited_threads
+
+        _, spec, group, failure, threads = message
         ctx = worker_context(spec)
 
         def stage(subject: str, name: str) -> None:
             conn.send(("stage", subject, name))
 
-        for finished in run_group(ctx, group, stage, export_failure=failure):
-            conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact))
+        with limited_threads(threads) if threads else nullcontext():
+            for finished in run_group(ctx, group, stage, export_failure=failure):
+                conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact))
         conn.send(("done", None, _take_seconds(ctx)))
     elif kind == "counts":  # builds the user's models on the meta device: here, never in the coordinator
         from mlbench.run.schedule import model_sizes
@@ -138,7 +144,7 @@ def main(argv: list[str]) -> None:
     from multiprocessing.connection import Connection
 
     conn_fd, lifeline_fd, memory = (int(a) for a in argv[:3])
-    packages = [p for p in argv[3].split(",") if p] if len(argv) > 3 else []
+    warmups = [p for p in argv[3].split(",") if p] if len(argv) > 3 else []
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True, name="lifeline").start()
     if memory > 0:
         limit_memory(memory)
@@ -150,10 +156,10 @@ def main(argv: list[str]) -> None:
         import torch  # noqa: F401 - every built-in source builds a torch model
     except ImportError:
         pass
-    if packages:
+    if warmups:
         from mlbench.run.tasks import warm_task
 
-        warm_task(packages)  # what cannot be imported, the export says why
+        warm_task(warmups)  # what fails here, the export says why
     conn.send(("ready",))
     serve(conn)
 

@@ -2,9 +2,11 @@
 
 Both run a sweep in two phases so that no timing is ever disturbed by an export: first every
 artifact that goes through the cache is built (in parallel), then measurements run strictly one
-at a time per machine. Every model runs in a supervised child process (`supervisor.py`), never in
-the coordinator: a crash, a hang or a runaway allocation fails its own variants and the sweep goes
-on. Records come back to the coordinator as they finish; it journals them.
+at a time per machine. Locally, a measurement that times nothing on this machine is done in the
+first phase, by the child that exported its artifact (`fanout.py`). Every model runs in a
+supervised child process (`supervisor.py`), never in the coordinator: a crash, a hang or a runaway
+allocation fails its own variants and the sweep goes on. Records come back to the coordinator as
+they finish; it journals them.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from mlbench.cpus import available_cpus
 from mlbench.errors import UserError, short_error
 from mlbench.records import RunRecord
+from mlbench.run.fanout import Work, fan_out
 from mlbench.run.limits import ChildLimits
-from mlbench.run.supervisor import ChildPool, ask, export_all, measure_group
+from mlbench.run.supervisor import ChildPool, ask, measure_group
 from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, failed_record
 
 if TYPE_CHECKING:
@@ -42,6 +45,9 @@ def default_jobs() -> int:
 class LocalExecutor:
     """Exports in up to `jobs` child processes at once, then measurements in one child, in order."""
 
+    measures_untimed_early = True
+    """The runner may hand `export` whole groups whose measurement times nothing on this machine."""
+
     def __init__(self, jobs: int = 1) -> None:
         if jobs < 1:
             raise UserError(f"--jobs must be at least 1, got {jobs}")
@@ -52,12 +58,12 @@ class LocalExecutor:
     def describe(self) -> str:
         return f"local, {self.jobs} export job{'s' if self.jobs != 1 else ''}"
 
-    def warm(self, packages: list[str], exports: int, memory_bytes: int = 0) -> None:
-        """Start the export children now, each importing torch and `packages` (a converter), while this
-        process works out the export order: seconds of imports no longer delay the first export."""
+    def warm(self, warmups: list[str], exports: int, memory_bytes: int = 0) -> None:
+        """Start the export children now, each importing torch and readying the converters (`warmups`),
+        while this process works out the export order: seconds of imports no longer delay the first export."""
         if self.jobs == 1 or exports < 2:
             return
-        self.pool.prestart(min(self.jobs, exports), memory_bytes, tuple(packages))
+        self.pool.prestart(min(self.jobs, exports), memory_bytes, tuple(warmups))
 
     def model_sizes(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0) -> dict[str, float]:
         """model → size (`schedule.size_of`), built on the meta device in a child (a user's model never runs in
@@ -65,17 +71,19 @@ class LocalExecutor:
         counts = ask(self.pool, ("counts", spec, models), memory_bytes, COUNTS_S)
         return counts if isinstance(counts, dict) else {}
 
-    def export(self, spec: WorkSpec, variants: list[Variant], limits_of: LimitsOf, on_done: OnExported) -> None:
-        """Build the artifacts of `variants` (one per artifact) in parallel children, reporting each outcome.
+    def export(self, spec: WorkSpec, work: list[Work], limits_of: LimitsOf, on_done: OnExported,
+               on_stage: Callable[[str, str], None], on_started: OnStarted) -> Iterator[Finished]:
+        """Build the artifacts of `work` in parallel children, reporting each outcome, and measure the
+        groups that come with their work item (yielding their records).
 
-        Every child takes the next export in the order given (longest first, `schedule.py`) when it is
+        Every child takes the next item in the order given (longest first, `schedule.py`) when it is
         free, so the longest start first and the last to finish is short.
         """
-        if self.jobs == 1 or len(variants) < 2:
-            return  # exported in order by the measuring child: nothing to gain
+        if self.jobs == 1 or len(work) < 2:
+            return  # exported and measured in order by the measuring child: nothing to gain
         threads = max(1, available_cpus() // self.jobs)  # no oversubscription across processes
-        export_all(self.pool, spec, variants, limits_of, min(self.jobs, len(variants)), threads, on_done,
-                   self.stage_seconds)
+        yield from fan_out(self.pool, spec, work, limits_of, self.jobs, threads, on_done, on_stage, on_started,
+                           self.stage_seconds)
         self.pool.trim(1)  # measurements run alone
 
     def measure(self, spec: WorkSpec, groups: list[list[Variant]], failures: dict[str, str], limits_of: LimitsOf,
@@ -103,6 +111,10 @@ class DaskExecutor:
     Artifacts travel by content hash: a worker finds them in a shared cache folder, or builds its
     own copy under the same key.
     """
+
+    measures_untimed_early = False
+    """Whether a variant is timed depends on the worker that measures it (a Mac or not), which the
+    coordinator cannot know ahead: every measurement waits for the measure resource."""
 
     def __init__(self, address: str, runs_on: dict[int, str | None]) -> None:
         try:
@@ -137,20 +149,23 @@ class DaskExecutor:
                         f"(start workers with --resources {name}=1)")
         return None
 
-    def warm(self, packages: list[str], exports: int, memory_bytes: int = 0) -> None:
+    def warm(self, warmups: list[str], exports: int, memory_bytes: int = 0) -> None:
         pass  # Dask workers are long-lived: their imports are paid once, before any run
 
-    def export(self, spec: WorkSpec, variants: list[Variant], limits_of: LimitsOf, on_done: OnExported) -> None:
+    def export(self, spec: WorkSpec, work: list[Work], limits_of: LimitsOf, on_done: OnExported,
+               on_stage: Callable[[str, str], None], on_started: OnStarted) -> Iterator[Finished]:
         from distributed import as_completed
 
         from mlbench.run.remote import export_task
 
-        futures = {self.client.submit(export_task, spec, v, limits_of(v), pure=False): v for v in variants}
+        futures = {self.client.submit(export_task, spec, w.variant, limits_of(w.variant), pure=False): w.variant
+                   for w in work}
         for future in as_completed(list(futures)):
             try:
                 on_done(future.result())
             except Exception as exc:  # noqa: BLE001 - the worker itself was lost: this export failed
                 on_done(ExportOutcome(futures[future].id, failure=f"the Dask worker failed: {short_error(exc)}"))
+        yield from ()  # records come from `measure` only
 
     def measure(self, spec: WorkSpec, groups: list[list[Variant]], failures: dict[str, str], limits_of: LimitsOf,
                 on_stage: Callable[[str, str], None], on_started: OnStarted) -> Iterator[Finished]:

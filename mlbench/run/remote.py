@@ -10,7 +10,7 @@ from typing import Any
 
 from mlbench.matrix import Variant
 from mlbench.run.limits import ChildLimits
-from mlbench.run.supervisor import ChildPool, export_all, measure_group
+from mlbench.run.supervisor import ChildPool, export_one, measure_group
 from mlbench.run.tasks import ExportOutcome, WorkSpec, failed_record
 
 _IDLE_POOLS: list[ChildPool] = []  # this worker process's child pools not in use by a running task
@@ -31,10 +31,8 @@ def _worker_pool() -> Iterator[ChildPool]:
 
 def export_task(spec: WorkSpec, variant: Variant, limits: ChildLimits) -> ExportOutcome:
     """Build one artifact in a supervised child."""
-    outcomes: list[ExportOutcome] = []
     with _worker_pool() as pool:
-        export_all(pool, spec, [variant], lambda v: limits, 1, None, outcomes.append, {})
-    return outcomes[0]
+        return export_one(pool, spec, variant, limits, None, {})
 
 
 def measure_task(spec: WorkSpec, variants: list[Variant], export_failure: str | None,

@@ -1,5 +1,6 @@
-"""The pipeline: plan, export what goes through the cache (in parallel), then measure every
-variant one at a time, journaling each record the moment it is done.
+"""The pipeline: plan, export what goes through the cache (in parallel, measuring there what times
+nothing on this machine), then measure every other variant one at a time, journaling each record
+the moment it is done.
 
 An interrupted run loses nothing already measured: the journal holds every finished record, a
 partial report is written on Ctrl-C (and when the run cannot finish), and `resume=True` runs only
@@ -25,7 +26,7 @@ from mlbench.run.limits import ChildLimits, limits_for
 from mlbench.run.lock import ReportLock
 from mlbench.run.progress import Progress
 from mlbench.run.resume import fingerprint, resume
-from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, utc_now
+from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
 from mlbench.store.cache import ArtifactCache
 
 log = logging.getLogger("mlbench.run")
@@ -116,6 +117,22 @@ class Runner:
             return DaskExecutor(self.executor_address, runs_on)
         return LocalExecutor(self.jobs)
 
+    def _first_phase(self, executor: LocalExecutor | DaskExecutor, groups: list[list]) -> list:
+        """The export phase's work, one item per artifact built through the cache, in the order to start
+        them. On several local cores, an item carries its whole group when none of its variants is timed
+        on this machine: the exporting child measures it too (`fanout.py`)."""
+        from mlbench.run.fanout import Work
+
+        cached = {g[0].id: g for g in groups if backend_class(g[0].backend).cached_export}
+        early: set[str] = set()
+        if self.jobs > 1 and executor.measures_untimed_early:
+            ctx = WorkContext(self.config, self.pipeline.base_dir, self.cache)
+            early = {first for first, g in cached.items() if not any(ctx.backend(v).measure_times(v) for v in g)}
+        to_export = [g[0] for g in cached.values()]
+        if len(to_export) > 1 and self.jobs > 1 and isinstance(executor, LocalExecutor):
+            to_export = self._order_exports(executor, to_export)
+        return [Work(v, cached[v.id] if v.id in early else None) for v in to_export]
+
     def _order_exports(self, executor: LocalExecutor, to_export: list) -> list:
         """Longest first (`schedule.py`), while the export children start and import torch and the
         converters; the model sizes that may decide the order are taken in one of those children."""
@@ -123,7 +140,7 @@ class Runner:
         from mlbench.run.schedule import longest_first
 
         memory = self._limits(to_export[0]).memory_bytes
-        executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].packages], len(to_export),
+        executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].warmups()], len(to_export),
                       memory)
         history = self.pipeline.history_path if self.config.history.enabled else None
         return longest_first(to_export, self.config, self.pipeline.base_dir, history,
@@ -138,11 +155,9 @@ class Runner:
         executor = self._executor()
         self.progress.start(len(self.plan.variants), done=len(self.records))
         try:
-            to_export = [g[0] for g in groups if backend_class(g[0].backend).cached_export]
-            if len(to_export) > 1 and self.jobs > 1 and isinstance(executor, LocalExecutor):
-                to_export = self._order_exports(executor, to_export)
-            for variant in to_export:
-                self.progress.stage(variant.artifact_id, "queued")
+            work = self._first_phase(executor, groups)
+            for item in work:
+                self.progress.stage(item.variant.artifact_id, "queued")
             failures: dict[str, str] = {}
 
             def exported(outcome: ExportOutcome) -> None:
@@ -152,9 +167,12 @@ class Runner:
                     self.built_keys.add(outcome.built_key)
                 self.progress.stage(outcome.variant_id, "exported")
 
-            executor.export(self.spec, to_export, self._limits, exported)
+            for finished in executor.export(self.spec, work, self._limits, exported, self.progress.stage,
+                                            self._started):
+                self._finish(finished)
+            timed = [g for g in groups if not all(v.id in self.records for v in g)]
             self.measure_load = (sample(), None)
-            for finished in executor.measure(self.spec, groups, failures, self._limits, self.progress.stage,
+            for finished in executor.measure(self.spec, timed, failures, self._limits, self.progress.stage,
                                              self._started):
                 self._finish(finished)
             self.measure_load = (self.measure_load[0], sample())

@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ def _child_env() -> dict[str, str]:
 class Child:
     """One child process and the two ends the coordinator holds: the request pipe and the lifeline."""
 
-    def __init__(self, memory_bytes: int = 0, packages: tuple[str, ...] = ()) -> None:
+    def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = ()) -> None:
         self.spawned = time.perf_counter()
         self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
         parent_end, child_end = socket.socketpair()
@@ -57,7 +57,7 @@ class Child:
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "mlbench.run.child", str(child_end.fileno()), str(lifeline_read),
-                 str(memory_bytes), ",".join(packages)],
+                 str(memory_bytes), ",".join(warmups)],
                 pass_fds=(child_end.fileno(), lifeline_read), stdin=subprocess.DEVNULL,
                 stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
                 env=_child_env(),
@@ -151,31 +151,36 @@ class ChildPool:
     def __init__(self) -> None:
         self.children: list[Child] = []
         self._ended_startup_s = 0.0
+        self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
 
     def startup_seconds(self) -> float:
         """Seconds every child so far spent starting (summed: children started together overlap)."""
         return self._ended_startup_s + sum(c.startup_s for c in self.children)
 
     def _forget(self, child: Child) -> None:
-        self._ended_startup_s += child.startup_s
-        self.children.remove(child)
+        with self._lock:
+            if child in self.children:
+                self._ended_startup_s += child.startup_s
+                self.children.remove(child)
 
     def acquire(self, memory_bytes: int) -> Child:
-        for child in self.children:
-            if not child.busy and child.memory_bytes == memory_bytes and child.process.poll() is None:
-                child.busy = True
-                return child
-        child = Child(memory_bytes)
-        child.busy = True
-        self.children.append(child)
-        return child
+        with self._lock:
+            for child in self.children:
+                if not child.busy and child.memory_bytes == memory_bytes and child.process.poll() is None:
+                    child.busy = True
+                    return child
+            child = Child(memory_bytes)
+            child.busy = True
+            self.children.append(child)
+            return child
 
-    def prestart(self, count: int, memory_bytes: int, packages: tuple[str, ...] = ()) -> None:
-        """Start up to `count` idle children now, each importing torch and `packages`, so their imports
+    def prestart(self, count: int, memory_bytes: int, warmups: tuple[str, ...] = ()) -> None:
+        """Start up to `count` idle children now, each importing torch and doing `warmups`, so their imports
         overlap with each other and with whatever the coordinator does meanwhile (ordering the exports)."""
-        idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
-        for _ in range(count - len(idle)):
-            self.children.append(Child(memory_bytes, packages))
+        with self._lock:
+            idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
+            for _ in range(count - len(idle)):
+                self.children.append(Child(memory_bytes, warmups))
 
     def release(self, child: Child) -> None:
         child.busy = False
@@ -183,19 +188,20 @@ class ChildPool:
     def discard(self, child: Child) -> None:
         """Kill a child that failed or ran past its limit; the next request gets a fresh one."""
         child.kill()
-        if child in self.children:
-            self._forget(child)
+        self._forget(child)
 
     def trim(self, keep: int) -> None:
         """Close idle children beyond `keep` (after the parallel exports: measurements run alone)."""
-        idle = [c for c in self.children if not c.busy][keep:]
+        with self._lock:
+            idle = [c for c in self.children if not c.busy][keep:]
         for child in idle:
             self._forget(child)
         _close_in_background(idle)
 
     def close_in_background(self) -> None:
         """Forget every child and let them exit while the caller goes on (writing the reports)."""
-        children = list(self.children)
+        with self._lock:
+            children = list(self.children)
         for child in children:
             self._forget(child)
         _close_in_background(children)
@@ -250,54 +256,31 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
     return None
 
 
-def export_all(pool: ChildPool, spec: WorkSpec, variants: list[Any], limits_of: Callable[[Any], ChildLimits],
-               jobs: int, threads: int | None, on_done: Callable[[ExportOutcome], None],
-               seconds: dict[str, float]) -> None:
-    """Build the artifacts of `variants` in up to `jobs` children at once, reporting each outcome."""
-    pending = list(variants)
-    running: dict[Child, tuple[Any, float | None]] = {}
-    if pending:
-        pool.prestart(min(jobs, len(pending)), limits_of(pending[0]).memory_bytes)
-    while pending or running:
-        while pending and len(running) < jobs:
-            variant = pending.pop(0)
-            limits = limits_of(variant)
-            child = pool.acquire(limits.memory_bytes)
-            try:
-                child.send(("export", spec, variant, threads))
-            except ChildDied:
-                on_done(ExportOutcome(variant.id, failure=f"the process {child.cause()} while exporting "
-                                                          f"{variant.artifact_id}{memory_note(limits, child.process.returncode)}"))
+def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimits, threads: int | None,
+               seconds: dict[str, float]) -> ExportOutcome:
+    """Build one artifact in a child of `pool`; a child that dies or runs past `limits.export_s` fails
+    this export only (the child is discarded, the next request gets a fresh one)."""
+    child = pool.acquire(limits.memory_bytes)
+    doing = f"while exporting {variant.artifact_id}"
+    try:
+        child.send(("export", spec, variant, threads))  # waits for a fresh child's imports first
+        deadline = _deadline(limits.export_s)
+        while True:
+            message = child.receive(deadline)
+            if message is TIMEOUT:
                 pool.discard(child)
+                return ExportOutcome(variant.id, failure=f"timed out after {limits.export_s:g} s {doing} "
+                                                         "(limits.export_s)")
+            if message[0] == "log":
+                _relog(message)
                 continue
-            running[child] = (variant, _deadline(limits.export_s))
-        deadlines = [d for _, d in running.values() if d is not None]
-        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-        ready = wait([c.conn for c in running], timeout=timeout)
-        for child, (variant, deadline) in list(running.items()):
-            limits = limits_of(variant)
-            doing = f"while exporting {variant.artifact_id}"
-            if child.conn in ready:
-                try:
-                    message = child.receive(None)
-                except ChildDied:
-                    outcome = ExportOutcome(variant.id, failure=f"the process {child.cause()} {doing}"
-                                                                f"{memory_note(limits, child.process.returncode)}")
-                    pool.discard(child)
-                else:
-                    if message[0] == "log":
-                        _relog(message)
-                        continue
-                    outcome = _export_reply(message, variant, limits, seconds)
-                    pool.release(child)
-            elif deadline is not None and time.monotonic() >= deadline:
-                pool.discard(child)
-                outcome = ExportOutcome(variant.id, failure=f"timed out after {limits.export_s:g} s {doing} "
-                                                            "(limits.export_s)")
-            else:
-                continue
-            del running[child]
-            on_done(outcome)
+            outcome = _export_reply(message, variant, limits, seconds)
+            pool.release(child)
+            return outcome
+    except ChildDied:
+        failure = f"the process {child.cause()} {doing}{memory_note(limits, child.process.returncode)}"
+        pool.discard(child)
+        return ExportOutcome(variant.id, failure=failure)
 
 
 def _export_reply(message: tuple[Any, ...], variant: Any, limits: ChildLimits,
@@ -315,8 +298,9 @@ def _export_reply(message: tuple[Any, ...], variant: Any, limits: ChildLimits,
 def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: ChildLimits,
                   on_stage: Callable[[str, str], None] | None = None,
                   on_started: Callable[[Any], None] | None = None,
-                  seconds: dict[str, float] | None = None) -> Iterator[Finished]:
-    """Export (or fetch) one artifact and measure its variants in a child, one at a time.
+                  seconds: dict[str, float] | None = None, threads: int | None = None) -> Iterator[Finished]:
+    """Export (or fetch) one artifact and measure its variants in a child, one at a time (`threads`: the
+    child's thread count while it works, when it shares the cores with other children).
 
     A child that dies or runs out of time while loading or exporting fails every variant left; one
     that dies while measuring a variant fails that variant, and the rest go on in a fresh child.
@@ -330,7 +314,7 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
         started, t0 = utc_now(), time.perf_counter()
         cause: str
         try:
-            child.send(("measure", spec, remaining, None))  # waits for a fresh child's imports first
+            child.send(("measure", spec, remaining, None, threads))  # waits for a fresh child's imports first
             doing, deadline, started, t0 = ("while loading the model", _deadline(limits.export_s), utc_now(),
                                             time.perf_counter())
             while True:

@@ -226,15 +226,21 @@ def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) ->
         return export_artifact(worker_context(spec), variant)
 
 
-def warm_task(packages: list[str]) -> list[str]:
-    """In a child before its first request: import what the exports will need (torch, a converter);
-    returns the packages that could not be imported (the export will say why)."""
+def warm_task(warmups: list[str]) -> list[str]:
+    """In a child before its first request: ready what the exports will need (`BackendSpec.warmups`: a
+    "module:function" to call, or a package to import); returns those that failed (the export will
+    say why)."""
     import importlib
 
-    missing = []
-    for name in packages:
+    from mlbench.backends.spec import load_attr
+
+    failed = []
+    for name in warmups:
         try:
-            importlib.import_module(name)
+            if ":" in name:
+                load_attr(name)()
+            else:
+                importlib.import_module(name)
         except Exception:  # noqa: BLE001 - not ours to report here
-            missing.append(name)
-    return missing
+            failed.append(name)
+    return failed

@@ -113,6 +113,9 @@ class CoremlBackend(Backend):
     def untimeable(self, variant: Variant) -> str | None:
         return _not_macos() if sys.platform != "darwin" else None
 
+    def measure_times(self, variant: Variant) -> bool:
+        return sys.platform == "darwin"  # elsewhere: analysis, estimates and emulated verification only
+
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         if sys.platform != "darwin":
             raise VariantSkipped(_not_macos())

@@ -16,6 +16,7 @@ SPEC = BackendSpec(
     target=CoremlTarget,
     backend="mlbench.backends.coreml.backend:CoremlBackend",
     packages=("coremltools",),
+    warmup=("mlbench.backends.coreml.messages:import_coremltools",),  # quiet, and without scikit-learn
     devices=(NEURAL_ENGINE, GPU, CPU),
     recipes=Recipe,
     report_sections=("mlbench.backends.coreml.report:render_programs",),
