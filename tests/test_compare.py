@@ -222,7 +222,10 @@ def two_runs(tmp_path_factory):
 @pytest.mark.torch
 def test_two_runs_of_one_pipeline_compare_as_unchanged(two_runs, capsys):
     _folder, (first, second) = two_runs
-    assert main(["compare", str(first), str(second)]) == 0
+    # two runs minutes apart on a shared machine differ by more than the default 10% whenever other work
+    # starts between them (benchmarks/ab_noise.py counts how often; `mlbench ab` is the tool for that):
+    # this test is about the command's output on real runs, so its rule leaves room for the machine
+    assert main(["compare", str(first), str(second), "--fail-on", "latency.median:+300%"]) == 0
     out = capsys.readouterr().out
     assert "**No regression** (1 unchanged)." in out
     assert "Noise guard: Mann–Whitney U (two-sided) on the raw latency samples, α=0.01" in out
@@ -260,11 +263,12 @@ def test_every_latency_raised_30_percent_fails_and_names_the_variant(two_runs, t
 def test_history_references_and_pipeline_gate(two_runs, capsys, write_pipeline, tiny_pipeline_text):
     folder, (first, second) = two_runs
     db = str(folder / "history.sqlite")
-    assert main(["compare", "last", "last", "--db", db]) == 0  # the newest run against the one before
+    room = ["--fail-on", "latency.median:+300%"]  # two real runs: see the test above
+    assert main(["compare", "last", "last", "--db", db, *room]) == 0  # the newest run against the one before
     out = capsys.readouterr().out
     first_id, second_id = (json.loads(p.read_text())["run_id"] for p in (first, second))
     assert f"**Base**: run `{first_id}`" in out and f"**Head**: run `{second_id}`" in out
-    assert main(["compare", first_id[:6], str(second), "--db", db]) == 0
+    assert main(["compare", first_id[:6], str(second), "--db", db, *room]) == 0
     capsys.readouterr()
 
     gated = folder / "gated.yaml"
