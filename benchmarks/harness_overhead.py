@@ -16,7 +16,7 @@ Each ratio is judged as `mlbench ab` judges rounds: the Hodges–Lehmann estimat
 ratios and its 95% signed-rank interval; PASS when the whole interval is at or under 1.01, OVER when
 it is wholly above, INCONCLUSIVE otherwise (the machine was too noisy to tell).
 
-Usage: python benchmarks/harness_overhead.py [--model mobilenet_v3_small] [--rounds 100] [--repeats 10]
+Usage: python benchmarks/harness_overhead.py [--model mobilenet_v3_small] [--rounds 400] [--repeats 10]
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def validate_seconds(tries: int = 5) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="mobilenet_v3_small")
-    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=400)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
