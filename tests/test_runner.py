@@ -95,3 +95,34 @@ def test_verify_samples_run_on_every_backend(write_pipeline, tiny_pipeline_text)
         assert verify.top1_agreement == 1.0 and verify.snr_db is not None
         assert by_id[variant_id].metrics["verify.snr_db"].value == verify.snr_db
     assert by_id["tiny_cnn/torch/cpu/float32"].verify is None  # the reference itself
+
+
+def test_digest_follows_an_edit_to_a_helper_beside_the_model_class(tmp_path):
+    """The model's source file is hashed whole: a helper function its forward() calls is part of it."""
+    import importlib.util
+    import sys
+
+    import torch
+
+    from mlbench.sources.loading import module_digest
+
+    path = tmp_path / "helper_model.py"
+
+    def build(scale: str) -> torch.nn.Module:
+        path.write_text("import torch\n\ndef scaled(x):\n    return x * " + scale + "\n\n"
+                        "class M(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+                        "        self.linear = torch.nn.Linear(4, 2)\n\n"
+                        "    def forward(self, x):\n        return scaled(self.linear(x))\n")
+        spec = importlib.util.spec_from_file_location("helper_model", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["helper_model"] = module
+        spec.loader.exec_module(module)
+        torch.manual_seed(0)
+        return module.M()
+
+    inputs = [torch.zeros(1, 4)]
+    try:
+        first, again, edited = (module_digest(build(scale), inputs) for scale in ("2", "2", "3"))
+    finally:
+        sys.modules.pop("helper_model", None)
+    assert first == again != edited
