@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench.sources.errors import ModelLoadError
 from mlbench.sources.inputs import InputMaker
+from mlbench.store.hashing import sha256_file
 
 if TYPE_CHECKING:
     import numpy as np
@@ -250,7 +251,7 @@ def _source_file_sha256(cls: type, files: dict[str, str]) -> str:
         return ""
     if path not in files:
         try:
-            files[path] = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            files[path] = sha256_file(path)
         except OSError:  # made at run time (`<stdin>`, a notebook cell)
             files[path] = ""
     return files[path]
