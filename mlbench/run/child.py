@@ -73,8 +73,6 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
         outcome = export_task(spec, variant, threads)
         conn.send(("done", outcome, _take_seconds(worker_context(spec))))
     elif kind == "measure":
-        from contextlib import nullcontext
-
         from mlbench.run.threads import limited_threads
 
         _, spec, group, failure, threads = message
@@ -83,7 +81,7 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
         def stage(subject: str, name: str) -> None:
             conn.send(("stage", subject, name))
 
-        with limited_threads(threads) if threads else nullcontext():
+        with limited_threads(threads):
             for finished in run_group(ctx, group, stage, export_failure=failure):
                 conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact))
         conn.send(("done", None, _take_seconds(ctx)))

@@ -218,11 +218,9 @@ def worker_context(spec: WorkSpec) -> WorkContext:
 
 def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) -> ExportOutcome:
     """In a child process: build one artifact. The variant travels itself: no worker re-expands the matrix."""
-    from contextlib import nullcontext
-
     from mlbench.run.threads import limited_threads
 
-    with limited_threads(threads) if threads else nullcontext():
+    with limited_threads(threads):
         return export_artifact(worker_context(spec), variant)
 
 

@@ -7,9 +7,12 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def limited_threads(threads: int) -> Iterator[None]:
+def limited_threads(threads: int | None) -> Iterator[None]:
     """Fewer threads (torch's and the BLAS/OpenMP pools') while exports share the cores; the
-    measurements that follow get them all back."""
+    measurements that follow get them all back. None: no limit (the work has the cores to itself)."""
+    if not threads:
+        yield
+        return
     import torch
     from threadpoolctl import threadpool_limits
 
