@@ -5,7 +5,8 @@ coordinator, so a model that segfaults, calls `os._exit`, hangs or eats memory c
 only (`mlbench/run/supervisor.py` notices, fails the variant it was working on, and starts another).
 
 Protocol over the socket FD (pickles in checked frames, `mlbench/run/frames.py`: bytes a model writes
-to a descriptor it does not own fail the work in hand, never the sweep), one request at a time, after the child says ("ready",) once its imports are done (so no time limit pays for them):
+to a descriptor it does not own fail the work in hand, never the sweep), one request at a time,
+after the child says ("ready",) once its imports are done (so no time limit pays for them):
 
     → ("export", WorkSpec, Variant, threads | None)   ← ("stage", subject, "load" | "export")*, then
                                                          ("done", ExportOutcome, stage_seconds)
@@ -49,9 +50,7 @@ from typing import Any
 
 EXIT_ORPHANED = 86
 """Exit code of a child whose coordinator died."""
-
-
-PR_SET_PDEATHSIG = 1
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def die_with_parent(parent: int) -> None:

@@ -252,12 +252,15 @@ class ChildPool:
         _close_in_background(idle)
 
     def close_in_background(self) -> None:
-        """Forget every child and let them exit while the caller goes on (writing the reports)."""
+        """Forget every child and let the idle ones exit while the caller goes on (writing the reports); one
+        still busy (the run was interrupted, or failed) is killed now, with what its model started."""
         with self._lock:
             children = list(self.children)
         for child in children:
             self._forget(child)
-        _close_in_background(children)
+            if child.busy:
+                child.kill()
+        _close_in_background([c for c in children if not c.busy])
 
     def close(self) -> None:
         for child in list(self.children):
