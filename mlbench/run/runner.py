@@ -148,6 +148,7 @@ class Runner:
 
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.claim()  # a cache folder that is not mlbench's: one line, before the journal is touched
         self._start_journal()
         self.cache.clean_stale_builds()
         todo = [v for v in self.plan.variants if v.id not in self.records]

@@ -38,10 +38,11 @@ from mlbench.store.entry import (
     BuildResult,
     CacheEntry,
     Corrupt,
+    check_artifact,
     check_key,
-    entry_problem,
     fsync_fd,
     fsync_path,
+    parse_meta,
     read_meta,
     tree_mtime,
     valid_artifact_name,
@@ -162,7 +163,8 @@ class ArtifactCache:
             self.state.forget(key)
             meta: dict[str, Any] = {}
             try:
-                meta = read_meta(entry_dir, key)
+                meta = parse_meta(entry_dir, key)
+                check_artifact(entry_dir, meta)
                 artifact = entry_dir / meta["artifact"]
                 self._check_content(key, artifact, meta["checksum"], signature(artifact))
             except Corrupt as e:  # the caller reports it

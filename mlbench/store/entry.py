@@ -119,9 +119,16 @@ def read_regular(path: Path, limit: int = MAX_META_BYTES) -> bytes:
 
 
 def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
-    """Parse and sanity-check meta.json; raise Corrupt(why) if it can't describe ``key``.
+    """Parse and sanity-check meta.json and check its artifact is there; raise Corrupt(why) if the entry
+    can't serve ``key``. Nothing is followed through a symlink: not the entry folder, not meta.json, not the
+    artifact."""
+    meta = parse_meta(entry_dir, key)
+    check_artifact(entry_dir, meta)
+    return meta
 
-    Nothing is followed through a symlink: not the entry folder, not meta.json, not the artifact."""
+
+def parse_meta(entry_dir: Path, key: str) -> dict[str, Any]:
+    """meta.json, read and sanity-checked; raise Corrupt(why) if it can't describe ``key``."""
     problem = entry_problem(entry_dir)
     if problem is not None:
         raise Corrupt(problem)
@@ -143,6 +150,11 @@ def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
         raise Corrupt("meta.json is for another key")
     if not valid_artifact_name(meta["artifact"]):
         raise Corrupt("meta.json names an invalid artifact")
+    return meta
+
+
+def check_artifact(entry_dir: Path, meta: dict[str, Any]) -> None:
+    """Raise Corrupt(why) unless the artifact meta.json names is a real file or folder (not a symlink)."""
     try:
         st = os.lstat(entry_dir / meta["artifact"])
     except FileNotFoundError:
@@ -153,7 +165,6 @@ def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
         raise Corrupt(f"artifact {meta['artifact']} is a symlink")
     if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
         raise Corrupt(f"artifact {meta['artifact']} is not a regular file or folder")
-    return meta
 
 
 def fsync_path(path: Path) -> None:

@@ -6,7 +6,7 @@ backup tools also read) naming mlbench. Removing anything (`cache clear`, `cache
 the stale-build cleanup every run starts with) needs that tag, so pointing `--dir` or `cache: {dir: .}` at
 a folder of one's own is refused in one line instead of emptying its `tmp/`. A folder that is missing or
 empty becomes a cache (the tag is written); a cache written before the tag existed is recognised by its
-layout (only shard folders, tmp/ and the stat state, with at least one entry) and tagged.
+layout (nothing but shard folders of key folders, tmp/ of mlbench's names, the stat state) and tagged.
 
 In tmp/, only `build-KEY-HOST.PID-…` folders (a build in progress or left by a dead process) and
 `trash-HEX` (an eviction cut short) are mlbench's.
@@ -20,7 +20,7 @@ import stat
 from pathlib import Path
 
 from mlbench.errors import UserError
-from mlbench.store.entry import KEY_RE, META_NAME, SHARD_RE, TMP_DIR
+from mlbench.store.entry import KEY_RE, SHARD_RE, TMP_DIR
 from mlbench.store.state import STATE_FILES
 
 TAG_NAME = "CACHEDIR.TAG"
@@ -51,19 +51,24 @@ def has_tag(root: Path) -> bool:
 
 
 def _looks_like_an_old_cache(root: Path, names: list[str]) -> bool:
-    """Only what mlbench writes in a cache root, and at least one shard folder holding an entry's meta.json."""
+    """Nothing but what mlbench puts in a cache: shard folders of key folders, tmp/ of mlbench's own
+    names, the stat state."""
     if not all(SHARD_RE.fullmatch(n) or n == TMP_DIR or n in STATE_FILES for n in names):
         return False
     for name in names:
-        shard = root / name
-        if SHARD_RE.fullmatch(name) and is_real_dir(shard):
-            try:
-                children = os.listdir(shard)
-            except OSError:
-                continue
-            if any(KEY_RE.fullmatch(c) and os.path.isfile(shard / c / META_NAME) for c in children):
-                return True
-    return False
+        folder = root / name
+        if name in STATE_FILES:
+            continue
+        if not is_real_dir(folder):
+            return False
+        try:
+            children = os.listdir(folder)
+        except OSError:
+            return False
+        ours = is_ours_in_tmp if name == TMP_DIR else KEY_RE.fullmatch
+        if not all(ours(c) for c in children):
+            return False
+    return True
 
 
 def not_a_cache(root: Path) -> UserError:
