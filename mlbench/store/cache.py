@@ -38,11 +38,9 @@ from mlbench.store.entry import (
     BuildResult,
     CacheEntry,
     Corrupt,
-    check_artifact,
     check_key,
     fsync_fd,
     fsync_path,
-    parse_meta,
     read_meta,
     tree_mtime,
     valid_artifact_name,
@@ -146,41 +144,11 @@ class ArtifactCache:
             self.state.record(key, sig, checksum, started)
 
     def verify(self) -> list[tuple[CacheEntry, str | None]]:
-        """Check every entry folder, whatever the stat state says: (entry, None) for a good one, (entry,
-        why) for a broken one, which is evicted (the next run rebuilds it). Broken includes what `entries()`
-        leaves out: a garbage or missing meta.json, a missing artifact, a folder nobody may read, a symlink
-        in an entry's or a shard's place; such an entry's meta is {}."""
-        results: list[tuple[CacheEntry, str | None]] = []
-        if not self.claim(create=False):
-            return results
-        for shard in self._bad_shards():  # named by its place; the link is removed, never what it points to
-            results.append((CacheEntry(key=shard.name, path=shard, meta={}), "shard folder is a symlink"))
-            shard.unlink(missing_ok=True)
-        for shard, entry_dir in sorted(self._entry_dirs()):
-            key = entry_dir.name
-            if not (KEY_RE.fullmatch(key) and key[:2] == shard.name):
-                continue
-            self.state.forget(key)
-            meta: dict[str, Any] = {}
-            try:
-                meta = parse_meta(entry_dir, key)
-                check_artifact(entry_dir, meta)
-                artifact = entry_dir / meta["artifact"]
-                self._check_content(key, artifact, meta["checksum"], signature(artifact))
-            except Corrupt as e:  # the caller reports it
-                why = str(e)
-                try:
-                    self._evict_or_refuse(entry_dir, why)
-                except UserError:
-                    why += "; it cannot be removed: fix its permissions or delete it"
-                results.append((CacheEntry(key=key, path=entry_dir, meta=meta), why))
-                continue
-            results.append((CacheEntry(key=key, path=entry_dir, meta=meta), None))
-        self._remove_empty_shards()
-        return results
+        """Check every entry folder, whatever the stat state says: (entry, None) for a good one, (entry, why)
+        for a broken one, which is evicted (the next run rebuilds it); see `mlbench.store.audit`."""
+        from mlbench.store.audit import verify_all
 
-    def _bad_shards(self) -> list[Path]:
-        return [shard for shard in self.root.iterdir() if SHARD_RE.fullmatch(shard.name) and self._bad_shard(shard)]
+        return verify_all(self)
 
     def entries(self) -> list[CacheEntry]:
         """Entries whose meta.json looks right, sorted by key; checksums are not verified."""
@@ -424,8 +392,9 @@ class ArtifactCache:
         count = 0
         if not self.claim(create=False):
             return 0
-        for shard in self._bad_shards():
-            shard.unlink(missing_ok=True)
+        for shard in self.root.iterdir():  # a symlink in a shard's place: the link goes, never what it points to
+            if SHARD_RE.fullmatch(shard.name) and shard.is_symlink():
+                shard.unlink(missing_ok=True)
         for _, entry_dir in self._entry_dirs():
             if KEY_RE.fullmatch(entry_dir.name) and (is_real_dir(entry_dir) or entry_dir.is_symlink()):
                 self._evict_dir(entry_dir)
