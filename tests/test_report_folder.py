@@ -122,7 +122,6 @@ def test_a_resume_from_a_damaged_header_keeps_the_report_and_says_so_in_one_line
     from mlbench.cli.main import main
     from mlbench.config.load import load_pipeline
     from mlbench.records import RunReport
-    from mlbench.run.runner import write_partial
 
     path = write_pipeline(tiny_pipeline_text.replace("precision: [float32]", "precision: [float32, bfloat16]")
                           + "history: {enabled: false}\n")
@@ -139,6 +138,8 @@ def test_a_resume_from_a_damaged_header_keeps_the_report_and_says_so_in_one_line
     assert {name: (out / name).read_bytes() for name in before} == before
 
     # and a run that stops early never replaces a report holding more records with its emptier one
+    from mlbench.run.runner import write_partial
+
     report = RunReport.model_validate_json(before["report.json"])
     with caplog.at_level(logging.WARNING, logger="mlbench.run"):
         write_partial(report.model_copy(update={"records": report.records[:1]}), load_pipeline(path))
