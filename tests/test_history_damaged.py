@@ -15,10 +15,17 @@ from tests.test_history import _run
 
 
 def damaged_pages(db: Path) -> None:
-    """Garbage over the start of every page after the first: SQLite's 'database disk image is malformed'."""
+    """Garbage over the start of every page of the runs, records and metrics (tables and indexes), the schema
+    and its version left whole: opening works, and the first query meets 'database disk image is malformed'."""
+    with sqlite3.connect(db) as conn:
+        keep = {1, *(page for (page,) in conn.execute("SELECT rootpage FROM sqlite_master WHERE name = "
+                                                      "'schema_migrations'"))}
+        size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
     data = bytearray(db.read_bytes())
-    for start in range(4096, len(data), 4096):
-        data[start:start + 16] = b"\xff" * 16
+    for start in range(0, len(data), size):
+        if start // size + 1 not in keep:
+            data[start:start + 16] = b"\xff" * 16
     db.write_bytes(bytes(data))
 
 
