@@ -318,7 +318,7 @@ def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor], extra: st
         t = tensor.detach().cpu().contiguous()
         digest.update(f"input:{t.dtype}:{list(t.shape)}\n".encode())
         if t.numel():
-            digest.update(t.reshape(-1).view(dtype=torch.uint8).numpy())
+            digest.update(t.reshape(-1).view(dtype=torch.uint8).numpy().tobytes())
     if extra is not None:  # a saved file's own bytes (TorchScript code is not in any class source)
         digest.update(f"file:{extra}\n".encode())
     return digest.hexdigest()
