@@ -2,9 +2,11 @@
 every broken entry, a FIFO never makes it wait, a folder without permissions is one line, and no symlink
 leads it out of its folder.
 
-About permissions: these tests run as root in CI containers, and root reads a chmod-000 folder anyway. So
-mlbench checks the mode bits itself (`mlbench.store.entry.entry_problem`): a folder its owner may not read
-and search is broken for every user, root included, and that is what is tested here, with real chmod.
+About permissions: these tests often run as root (CI containers), and root reads a chmod-000 folder anyway.
+So mlbench checks the mode bits itself (`mlbench.store.entry.entry_problem`): a folder its owner may not
+read and search is broken for every user, root included, and that is tested here with real chmod. Where the
+tests run as root and `setpriv` exists, one test also runs the cache as `nobody`, whom the permissions
+really stop (the finding's six warnings and RuntimeError, reproduced on the old code).
 """
 
 from __future__ import annotations
@@ -158,6 +160,71 @@ def test_an_entry_folder_without_permissions_is_one_warning_and_a_rebuild(tmp_pa
     assert not hit and again.artifact_path.read_bytes() == b"rebuilt"
     assert stat.S_IMODE(again.path.stat().st_mode) & 0o700 == 0o700
     assert cache.tmp_root.is_dir() and list(cache.tmp_root.iterdir()) == []
+
+
+UNPRIVILEGED = 65534  # nobody
+
+
+@pytest.fixture
+def reachable_by_nobody(tmp_path):
+    """tmp_path, where an unprivileged user may work: its ancestors searchable (not listable) for the test's
+    length, their modes put back after."""
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root and setpriv to run a child as an unprivileged user")
+    changed = []
+    for folder in [tmp_path, *tmp_path.parents]:
+        mode = stat.S_IMODE(folder.stat().st_mode)
+        wanted = 0o777 if folder == tmp_path else mode | 0o011
+        if mode != wanted:
+            changed.append((folder, mode))
+            folder.chmod(wanted)
+    try:
+        yield tmp_path
+    finally:
+        for folder, mode in changed:
+            folder.chmod(mode)
+
+
+UNPRIVILEGED_RUN = """
+import logging, sys
+from pathlib import Path
+from mlbench.store.cache import ArtifactCache, BuildResult
+from mlbench.store.hashing import artifact_key
+
+logging.basicConfig(format="warning: %(message)s")
+
+def build(tmp):
+    (tmp / "model.onnx").write_bytes(sys.argv[2].encode())
+    return BuildResult("model.onnx")
+
+cache, key = ArtifactCache(Path(sys.argv[1])), artifact_key({"n": 1})
+entry, hit = cache.get_or_build(key, {"n": 1}, build)
+print(entry.key[:12], hit, entry.artifact_path.read_text())
+if sys.argv[2] == "first":
+    entry.path.chmod(0)
+"""
+
+
+def test_as_an_unprivileged_user_a_folder_without_permissions_is_one_warning_and_a_rebuild(reachable_by_nobody):
+    """What the finding saw (six warnings, then RuntimeError), run as a user the permissions do stop."""
+    import subprocess
+    import sys
+
+    root = reachable_by_nobody / "cache"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")])}
+    outputs = []
+    for payload in ("first", "again"):
+        done = subprocess.run(["setpriv", f"--reuid={UNPRIVILEGED}", f"--regid={UNPRIVILEGED}", "--clear-groups",
+                               sys.executable, "-c", UNPRIVILEGED_RUN, str(root), payload],
+                              capture_output=True, text=True, timeout=120, env=env, cwd=reachable_by_nobody)
+        outputs.append((done.returncode, done.stdout, done.stderr))
+    key = outputs[0][1].split()[0]
+    assert outputs == [
+        (0, f"{key} False first\n", ""),
+        (0, f"{key} False again\n", f"warning: cache entry {key} is corrupt (entry folder unreadable (mode 000)); "
+                                     "rebuilding\n"),
+    ]
 
 
 def test_a_meta_json_without_permissions_is_corrupt_too(tmp_path, caplog):
