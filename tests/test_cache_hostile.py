@@ -219,12 +219,25 @@ def test_as_an_unprivileged_user_a_folder_without_permissions_is_one_warning_and
                                sys.executable, "-c", UNPRIVILEGED_RUN, str(root), payload],
                               capture_output=True, text=True, timeout=120, env=env, cwd=reachable_by_nobody)
         outputs.append((done.returncode, done.stdout, done.stderr))
+    assert outputs[0][0] == 0, outputs[0]
     key = outputs[0][1].split()[0]
     assert outputs == [
         (0, f"{key} False first\n", ""),
         (0, f"{key} False again\n", f"warning: cache entry {key} is corrupt (entry folder unreadable (mode 000)); "
                                      "rebuilding\n"),
     ]
+
+
+def test_a_shard_folder_without_permissions_is_given_back_and_the_entry_rebuilt_once(tmp_path, caplog):
+    cache = ArtifactCache(tmp_path)
+    entry = built(cache, "shard")
+    entry.path.parent.chmod(0)
+    with caplog.at_level(logging.WARNING):
+        again, hit = cache.get_or_build(entry.key, INPUTS, FileBuilder(b"rebuilt"))
+        assert not hit and cache.lookup(entry.key) is not None  # served from now on, not rebuilt on every run
+    assert warnings_of(caplog) == [f"cache entry {entry.key[:12]} is corrupt (shard folder unreadable (mode 000)); "
+                                   "rebuilding"]
+    assert stat.S_IMODE(entry.path.parent.stat().st_mode) == 0o700
 
 
 def test_a_meta_json_without_permissions_is_corrupt_too(tmp_path, caplog):

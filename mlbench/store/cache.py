@@ -295,18 +295,19 @@ class ArtifactCache:
     def _evict_dir(self, entry_dir: Path) -> None:
         """Take an entry out of service atomically (rename into tmp/), then delete it. A symlink (the entry's,
         or its shard's) is removed itself, never what it points to; a folder taken away from its owner
-        (chmod 000) is given back to its owner first, so that it can be removed."""
+        (chmod 000: the entry's, or its shard's) is given back to its owner first, so that it can be removed."""
         self.state.forget(entry_dir.name)
         for link in (entry_dir.parent, entry_dir):
             if os.path.lexists(link) and not is_real_dir(link):
                 Path(link).unlink(missing_ok=True)
                 return
-        try:
-            mode = stat.S_IMODE(os.lstat(entry_dir).st_mode)
-            if mode & 0o700 != 0o700:
-                os.chmod(entry_dir, mode | 0o700)
-        except OSError:
-            pass  # gone, or not ours: the rename below says
+        for folder in (entry_dir.parent, entry_dir):
+            try:
+                mode = stat.S_IMODE(os.lstat(folder).st_mode)
+                if mode & 0o700 != 0o700:
+                    os.chmod(folder, mode | 0o700)
+            except OSError:
+                pass  # gone, or not ours: the rename below says
         trash = self.tmp_root / f"trash-{uuid.uuid4().hex}"
         try:
             self._make_tmp_root()
