@@ -233,7 +233,7 @@ def test_a_shard_folder_without_permissions_is_given_back_and_the_entry_rebuilt_
     entry = built(cache, "shard")
     entry.path.parent.chmod(0)
     with caplog.at_level(logging.WARNING):
-        again, hit = cache.get_or_build(entry.key, INPUTS, FileBuilder(b"rebuilt"))
+        _, hit = cache.get_or_build(entry.key, INPUTS, FileBuilder(b"rebuilt"))
         assert not hit and cache.lookup(entry.key) is not None  # served from now on, not rebuilt on every run
     assert warnings_of(caplog) == [f"cache entry {entry.key[:12]} is corrupt (shard folder unreadable (mode 000)); "
                                    "rebuilding"]
