@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.coreml.analysis.dataflow import WIDE_INTEGERS
+
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
 
@@ -93,6 +95,8 @@ def _program_small(context: ProgramContext, at_most: int) -> bool:
 Condition = Callable[["LayerInfo", ProgramContext, Any], bool]
 CONDITIONS: dict[str, Condition] = {
     "float32_output": lambda layer, _, want: (layer.output_dtype == "fp32") == bool(want),
+    "wide_integer_data": lambda layer, _, want: (layer.output_dtype in WIDE_INTEGERS
+                                                 or bool(layer.attributes.get("wide_integer_input"))) == bool(want),
     "dilation_over": lambda layer, _, limit: _any_over(layer.attributes.get("dilations"), limit),
     "pool_kernel_over": lambda layer, _, limit: _any_over(layer.attributes.get("kernel_sizes"), limit),
     "pool_stride_over": lambda layer, _, limit: _any_over(layer.attributes.get("strides"), limit),
@@ -154,7 +158,8 @@ def rule_table() -> list[dict[str, str]]:
     """The rules as rows for `mlbench rules`: id, kind, what it applies to, confidence, source."""
     rows = []
     for rule in load_rules().values():
-        applies = ", ".join(sorted(rule.ops)) if rule.ops else "every operation" if rule.kind == "op" else "program"
+        applies = (", ".join(sorted(rule.ops)) if rule.ops else "every operation" if rule.kind == "op"
+                   else "operations on an integer path" if rule.kind == "neighbour" else "program")
         if rule.when:
             applies += " when " + ", ".join(f"{k}={v}" for k, v in rule.when.items())
         if rule.os_text:
