@@ -16,6 +16,7 @@ from mlbench.report.html import render_html
 from mlbench.report.markdown import render_markdown
 from tests.test_compare import rec, run_of
 
+
 def placement(by_count: dict, by_cost: dict | None, source: str = "estimated") -> Placement:
     return Placement(source=source, method="mlbench rules (placement_rules.yaml)", preferred="neural_engine",
                      compute_ops=200, constants=10, by_count=by_count, by_cost=by_cost,
