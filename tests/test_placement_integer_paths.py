@@ -88,6 +88,11 @@ def test_only_an_operation_that_computes_opens_the_neural_engine():
                                  ("gather_nd", CPU, "gather-runtime-indices"), ("lstm", CPU, "recurrent"),
                                  ("logical_not", CPU, FOLLOW), ("cast", CPU, FOLLOW)]
     assert "No operation is eligible for the Neural Engine." in placement.note
+    assert [o.reason for o in placement.ops if o.rule == FOLLOW] == [FOLLOW_REASON] * 4
+    under_all = estimate_placement(program(layers), "all")  # nothing computes on the Neural Engine: the GPU
+    assert {(o.device, o.rule) for o in under_all.ops} == {(GPU, "gpu-assumed")}
+    assert [o.reason for o in under_all.ops] == [FOLLOW_REASON, FOLLOW_REASON, load_rules()["gather-runtime-indices"].reason,
+                                                 load_rules()["recurrent"].reason, FOLLOW_REASON, FOLLOW_REASON]
 
 
 def test_islands_look_past_integer_paths():

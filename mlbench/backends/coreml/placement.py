@@ -153,7 +153,7 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
                     op.device, op.rule = CPU, blocker.id if blocker is not None else FOLLOW
                 if preferred == ANE:
                     op.reason = (rules["float32-program"].reason if precision == "FLOAT32"
-                                 else blocker.reason if blocker is not None else "not eligible for the Neural Engine")
+                                 else blocker.reason if blocker is not None else rules[FOLLOW].reason)
         else:
             for op, blocker, layer in zip(ops, blockers, layers):
                 if too_big:
