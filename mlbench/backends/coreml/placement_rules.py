@@ -21,7 +21,9 @@ if TYPE_CHECKING:
 
 RULES_PATH = Path(__file__).with_name("placement_rules.yaml")
 CONFIDENCE_ORDER = ("low", "medium", "high")
-_MACOS_TO_IOS = {12: 15, 13: 16, 14: 17, 15: 18, 26: 26}  # releases of one year share an opset
+# Releases of one year share a specification version (coremltools converters/mil/_deployment_compatibility.py:
+# AvailableTarget.macOS14 = _SPECIFICATION_VERSION_IOS_17, and so on).
+_MACOS_TO_IOS = {12: 15, 13: 16, 14: 17, 15: 18, 26: 26}
 
 
 @dataclass(frozen=True)
