@@ -38,6 +38,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["FLOAT32", "FLOAT16", "MIXED", "UNKNOWN"]
+ANALYSIS_VERSION = 2
+"""Raised when the analysis of the same package changes, so that analyses stored beside cached packages
+are made again (2: the precision decided on the ops that compute; producers and integer paths per op)."""
 
 
 class TensorDescription(BaseModel):
@@ -109,6 +112,7 @@ class ProgramAnalysis(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
 
     path: str
+    analysis_version: int = Field(default=ANALYSIS_VERSION, description="the analysis that read it (ANALYSIS_VERSION)")
     model_type: str = Field(description="mlProgram, neuralNetwork, neuralNetworkClassifier, pipeline...")
     spec_version: int
     min_os: str | None = Field(default=None, description="first iOS release that reads this spec version")
