@@ -1,5 +1,6 @@
-"""Who feeds whom in an ML program, which operations only carry integer or bool data (a mask or an
-index being built), and the program's precision decided on the operations that compute.
+"""Who feeds whom in an ML program, and which operations only carry integer or bool data (a mask or an
+index being built): the walk leaves those out when it decides the program's precision, and placement
+puts them beside the operation they feed.
 
 A float32 transformer that takes an attention mask shows why both matter: coremltools turns the int32
 mask into bool, casts it to float16 to gather it into shape, casts it back to bool and combines it
