@@ -166,7 +166,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparison = compare(base_report, head_report, rules, alpha=args.alpha, base_label=base.text,
                          head_label=head.text, base_commit=base.commit, head_commit=head.commit)
     if args.format == "json":
-        print(comparison.model_dump_json(indent=2))
+        from mlbench.report.text import json_text
+
+        print(json_text(comparison.model_dump_json(indent=2)))
     else:
         from mlbench.report.compare_markdown import render_comparison_markdown
 
