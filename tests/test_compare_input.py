@@ -131,3 +131,16 @@ def test_deeply_nested_json_is_one_line(tmp_path, capsys, text):
     deep.write_text(text)
     assert compare_error([str(deep), str(good)], capsys) == (
         f"{deep}: not an mlbench report: its JSON is nested too deeply to read")
+
+
+def test_a_history_run_is_checked_too(tmp_path, capsys):
+    """A history reference is read from the database: the check names the database and the run."""
+    from mlbench.store.history import record_run
+
+    bad = _report_file(tmp_path, "bad0run1", _set("records/0/latency/cv", -1.0))
+    db = tmp_path / "history.sqlite"
+    record_run(RunReport.model_validate_json(bad.read_text()), tmp_path / "p.yaml", db)
+    good = _report_file(tmp_path, "good")
+    assert compare_error(["last", str(good), "--db", str(db)], capsys) == (
+        f"{db}: run bad0run1: records[0].latency.cv: impossible figure -1 cv: a coefficient of variation cannot be "
+        "negative (variant 'm/torch/cpu')")

@@ -17,7 +17,7 @@ from mlbench.errors import UserError
 from mlbench.records import RunRecord, RunReport
 
 _NONNEGATIVE = {"ms": "a time", "s": "a time", "bytes": "a size", "count": "a count", "ratio": "a share",
-                "rel": "an output error", "abs": "an output error"}
+                "rel": "an output error", "abs": "an output error", "cv": "a coefficient of variation"}
 _MAY_BE_INFINITE = {"rel", "abs"}  # an output holding NaN is infinitely far from the reference
 _FRACTION = {"ratio"}
 
@@ -47,7 +47,7 @@ def _figures(record: RunRecord) -> Iterable[tuple[str, float | None, str]]:
         lat = record.latency
         for field in ("median", "best", "p90", "mean", "stdev"):
             yield f"latency.{field}", getattr(lat, field), "ms"
-        yield "latency.cv", lat.cv, "count"  # a ratio of two times, not a share: ≥ 0, finite
+        yield "latency.cv", lat.cv, "cv"
         yield "latency.total_s", lat.total_s, "s"
         yield "latency.warmup", lat.warmup, "count"
     if record.verify is not None:
