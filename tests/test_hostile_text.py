@@ -163,3 +163,11 @@ def test_a_model_s_error_is_shown_not_obeyed_in_a_real_run(write_pipeline, tmp_p
     html = (tmp_path / "out" / "report.html").read_text()
     assert "\x1b" not in markdown and "\x1b" not in html and "\\x1b[2J\\x1b[H" in html
     assert _links_and_marks(gfm(markdown)) == []
+
+
+def test_a_model_name_is_quoted_where_a_cut_report_folds_or_names_its_section():
+    models = [f"m{i}<img src=x onerror=alert({i})>" for i in range(40)]
+    records = [record(f"{model}/torch/cpu/float32", status="failed", median=None, error="x" * 200) for model in models]
+    text = render_markdown(report(records), limit=3000)
+    assert "more sections are only in the full report" in text or "<details><summary><b>" in text
+    assert "<img" not in text and "\x1b" not in text
