@@ -35,8 +35,8 @@ def test_the_noise_guard_is_bounded_in_memory_whatever_the_sample_count(samples)
     assert noise is not None and (noise.n_base, noise.n_head) == (samples, samples)
     assert noise.interval is not None and 1.25 < noise.interval[0] < noise.interval[1] < 1.35
     if samples > 100_000:
-        assert noise.test == ("Mann–Whitney U (two-sided, normal approximation, a seeded 100,000 of each side's "
-                              "samples)")
+        assert noise.test == ("Mann–Whitney U (two-sided, normal approximation, a seeded 100,000 samples of a side "
+                              "with more)")
 
 
 def _report_file(tmp_path, name: str, edit=None):

@@ -104,7 +104,7 @@ def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = 
 
     x = _subset(np.asarray(head, dtype=np.float64), TEST_MAX_SAMPLES)
     y = _subset(np.asarray(base, dtype=np.float64), TEST_MAX_SAMPLES)
-    subset = "" if (len(x), len(y)) == (n1, n2) else f", a seeded {TEST_MAX_SAMPLES:,} of each side's samples"
+    subset = "" if (len(x), len(y)) == (n1, n2) else f", a seeded {TEST_MAX_SAMPLES:,} samples of a side with more"
     n1, n2 = len(x), len(y)
     both = np.concatenate([x, y])
     order = np.argsort(both, kind="mergesort")
