@@ -33,7 +33,7 @@ def _problem(value: float, unit: str) -> str | None:
         return f"{kind} cannot be negative"
     if math.isinf(value) and unit not in _MAY_BE_INFINITE:
         return f"{kind} cannot be infinite"
-    if unit in _FRACTION and value > 1:
+    if unit in _FRACTION and value > 1 + 1e-9:  # shares are quotients: allow their last bit
         return f"{kind} lies between 0 and 1"
     return None
 
