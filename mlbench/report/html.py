@@ -9,7 +9,6 @@ report; absent ones say why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
@@ -29,6 +28,7 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
 from mlbench.report.html_charts import value_of as _value
 from mlbench.report.html_trend import trend_chart
 from mlbench.report.markdown import fmt_metric, variant_label
+from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from html import escape
 from typing import NamedTuple, Protocol
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import COUNT_SHARE, Metric, RunRecord, Source
+from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 UNKNOWN_COLOR = "#bdbdbd"
 LATENCY_COLOR = "#5e35b1"

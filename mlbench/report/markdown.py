@@ -248,7 +248,7 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
     by_model: dict[str, list[RunRecord]] = {}
     for record in report.records:
         by_model.setdefault(record.model, []).append(record)
-    sections = [Section(f"{model} ({len(records)} variants)", model_table(model, records),
+    sections = [Section(f"{md_cell(model)} ({len(records)} variants)", model_table(model, records),
                         model_details(records, report.artifacts)) for model, records in by_model.items()]
     if limit is None:
         return "\n".join([*head, *(line for s in sections for line in [*s.core, *s.extra])]).rstrip() + "\n"
