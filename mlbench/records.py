@@ -195,6 +195,10 @@ class ArtifactInfo(BaseModel):
     export_path: str | None = Field(default=None, description="Which exporter made it.")
 
 
+COUNT_SHARE = "placement.count."
+"""Prefix of a placement share by operation count (`placement.<device>` is the share by cost)."""
+
+
 class RunRecord(BaseModel):
     """One variant's outcome. `failed` and `skipped` records keep their message."""
 
@@ -217,6 +221,23 @@ class RunRecord(BaseModel):
     )
     started: str = Field(description="ISO-8601 UTC time the variant started.")
     seconds: float = Field(description="Wall time spent on this variant.")
+
+    @model_validator(mode="after")
+    def _placement_shares_by_cost(self) -> RunRecord:
+        """Records written before the placement shares went by cost carry `placement.<device>` as the share
+        of operations and no `placement.count.<device>`: read as such, so that compare never weighs an
+        operation count against a cost."""
+        shares = [name for name, m in self.metrics.items() if name.startswith("placement.") and m.unit == "ratio"]
+        if self.placement is None or not shares or any(n.startswith(COUNT_SHARE) for n in shares):
+            return self
+        by_cost = self.placement.by_cost
+        for name in shares:
+            device = name.removeprefix("placement.")
+            self.metrics[COUNT_SHARE + device] = self.metrics[name]
+            self.metrics[name] = (Metric(value=by_cost.get(device, 0.0), unit="ratio", source=self.placement.source)
+                                  if by_cost else Metric.absent("ratio", "this record's placement gave no cost per "
+                                                                f"operation; {COUNT_SHARE}{device} is the share by count"))
+        return self
 
 
 class PipelineInfo(BaseModel):

@@ -64,7 +64,7 @@ def latency_section(records: Sequence[RunRecord]) -> list[str]:
 
 def _table(records: Sequence[RunRecord]) -> str:
     share = next((name for name in headline() if name.startswith("placement.")), None)
-    share_label = devices()[share.removeprefix("placement.")].label if share else "placement"
+    share_label = f"{devices()[share.removeprefix('placement.')].label} % of cost" if share else "placement"
     head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", share_label, "note")
     rows = []
     for r in records:
