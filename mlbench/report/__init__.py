@@ -39,7 +39,8 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
 
     try:
         json_text = render_json(report)
-    except ReportSchemaError:  # records are fitted as they finish; this is the last guard
+    except ReportSchemaError:  # the runner fits each record as it finishes (inf in free-form details
+        # included); this is the last guard, for a record that reaches here some other way
         report = fit_report(report)
         json_text = render_json(report)
 

@@ -41,9 +41,11 @@ def fit_record(record: RunRecord) -> RunRecord:
     error = f"report: this record does not match the report schema at {problem}"
     if record.error:
         error += f" (its own error: {record.error})"
-    return RunRecord(variant_id=record.variant_id, model=record.model, backend=record.backend, axes=record.axes,
-                     artifact_id=record.artifact_id, status="failed", error=error, started=record.started,
-                     seconds=record.seconds)
+    seconds = record.seconds if isinstance(record.seconds, int | float) and math.isfinite(record.seconds) else 0.0
+    return RunRecord(variant_id=str(record.variant_id), model=str(record.model), backend=str(record.backend),
+                     axes={str(k): str(v) for k, v in dict(record.axes).items()},
+                     artifact_id=str(record.artifact_id), status="failed", error=error, started=str(record.started),
+                     seconds=seconds)
 
 
 def fit_report(report: RunReport) -> RunReport:
