@@ -13,6 +13,7 @@ figures are written null with the reason in its `not_finite` and read back as th
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -40,7 +41,8 @@ def not_finite_reason(value: float, why: str = NOT_FINITE) -> str:
 
 
 def _is_not_finite(value: Any) -> bool:
-    return isinstance(value, float) and not math.isfinite(value)
+    """inf or nan, as a float or a numpy scalar (numbers.Real covers both)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, int) and not math.isfinite(value)
 
 
 class Band(BaseModel):

@@ -9,6 +9,7 @@ the Markdown and the HTML are written all the same.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
 
 from pydantic import ValidationError
@@ -59,8 +60,8 @@ def fit_report(report: RunReport) -> RunReport:
 
 def _not_finite(value: Any, where: str) -> tuple[str, float] | None:
     """The path and value of the first inf or nan float in a dumped record (dicts and lists walked)."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (where, value)
+    if isinstance(value, numbers.Real) and not isinstance(value, int):  # floats and numpy's
+        return None if math.isfinite(value) else (where, float(value))
     if isinstance(value, dict):
         items: Any = value.items()
     elif isinstance(value, list | tuple):
