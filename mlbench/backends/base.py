@@ -136,10 +136,11 @@ def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None 
     if load_ms is not None:
         metrics["load_time"] = Metric.measured(load_ms, "ms")
     if verify is not None:
-        metrics["verify.max_abs"] = Metric(value=verify.max_abs, unit="abs", source=verify.source)
-        metrics["verify.max_rel"] = Metric(value=verify.max_rel, unit="rel", source=verify.source)
+        why = verify.why_not_finite  # an overflow makes these inf: absent, saying so
+        metrics["verify.max_abs"] = Metric.figure(verify.max_abs, "abs", verify.source, why_not_finite=why)
+        metrics["verify.max_rel"] = Metric.figure(verify.max_rel, "rel", verify.source, why_not_finite=why)
         if verify.snr_db is not None:
-            metrics["verify.snr_db"] = Metric(value=verify.snr_db, unit="dB", source=verify.source)
+            metrics["verify.snr_db"] = Metric.figure(verify.snr_db, "dB", verify.source, why_not_finite=why)
         if verify.top1_agreement is not None:
             metrics["verify.top1_agreement"] = Metric(value=verify.top1_agreement, unit="ratio", source=verify.source)
     return metrics
