@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mlbench.overflow import float16_overflow
 from mlbench.records import OutputError, Verification
 
 DEGENERATE_SCALE = 1e-6
@@ -102,5 +103,5 @@ def compare_samples(
     return worst.model_copy(update={
         "source": source, "samples": len(pairs), "snr_db": min(snrs) if snrs else None,
         "top1_agreement": min(agreements) if agreements else None, "method": method,
-        "note": next((c.note for c in checks if c.note), None),
+        "note": next((c.note for c in checks if c.note), None), "overflow": float16_overflow(pairs),
     })
