@@ -39,6 +39,7 @@ from mlbench.store.entry import (
     CacheEntry,
     Corrupt,
     check_key,
+    folder_problem,
     fsync_fd,
     fsync_path,
     read_meta,
@@ -112,8 +113,9 @@ class ArtifactCache:
         when they last matched it (see `mlbench.store.state`).
         """
         entry_dir = self.entry_dir(key)
-        if not (os.path.lexists(entry_dir) or self._bad_shard(entry_dir.parent)):
-            return None
+        shard = entry_dir.parent
+        if not (os.path.lexists(entry_dir) or (os.path.lexists(shard) and folder_problem(shard, "shard folder"))):
+            return None  # a miss; but a shard folder that is a symlink or has lost its permissions is mended first
         try:
             meta = read_meta(entry_dir, key)
             artifact = entry_dir / meta["artifact"]

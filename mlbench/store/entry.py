@@ -79,19 +79,23 @@ def entry_problem(entry_dir: Path) -> str | None:
 
     The mode bits are checked explicitly, so a folder taken away from its owner (chmod 000) is broken for
     root too: what one user of a shared cache sees, every user sees."""
-    for folder, what in ((entry_dir.parent, "shard folder"), (entry_dir, "entry folder")):
-        try:
-            st = os.lstat(folder)
-        except FileNotFoundError:
-            return f"{what} missing"
-        except OSError as e:
-            return f"{what} unreadable: {e.strerror}"
-        if stat.S_ISLNK(st.st_mode):
-            return f"{what} is a symlink"
-        if not stat.S_ISDIR(st.st_mode):
-            return f"{what} is not a folder"
-        if st.st_mode & 0o500 != 0o500:
-            return f"{what} unreadable (mode {stat.S_IMODE(st.st_mode):03o})"
+    return folder_problem(entry_dir.parent, "shard folder") or folder_problem(entry_dir, "entry folder")
+
+
+def folder_problem(folder: Path, what: str) -> str | None:
+    """Why ``folder`` is not a real folder its owner may read and search (None when it is)."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        return f"{what} missing"
+    except OSError as e:
+        return f"{what} unreadable: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{what} is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{what} is not a folder"
+    if st.st_mode & 0o500 != 0o500:
+        return f"{what} unreadable (mode {stat.S_IMODE(st.st_mode):03o})"
     return None
 
 
