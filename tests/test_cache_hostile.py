@@ -312,3 +312,18 @@ def test_verify_names_symlinks_and_removes_only_the_links(tmp_path, capsys):
     ])
     assert (tmp_path / "outside.onnx").read_bytes() == b"artifact"
     assert (tmp_path / "outside-entry" / "model.onnx").read_bytes() == b"folder"
+
+
+def test_a_symlinked_stat_state_is_not_written_through(tmp_path):
+    cache = ArtifactCache(tmp_path / "cache")
+    first = built(cache, "first")
+    for name in ("state.sqlite", "state.sqlite-wal", "state.sqlite-shm"):
+        (cache.root / name).unlink(missing_ok=True)
+    target = tmp_path / "outside.sqlite"
+    target.write_bytes(b"")  # an empty file: SQLite would make its database there
+    (cache.root / "state.sqlite").symlink_to(target)
+    again = ArtifactCache(cache.root)
+    entry = built(again, "second")
+    assert again.lookup(entry.key) is not None and again.lookup(first.key) is not None  # served, by hashing
+    assert target.read_bytes() == b""
+    assert not any((tmp_path / f"outside.sqlite{suffix}").exists() for suffix in ("-wal", "-shm", "-journal"))
