@@ -327,3 +327,17 @@ def test_a_symlinked_stat_state_is_not_written_through(tmp_path):
     assert again.lookup(entry.key) is not None and again.lookup(first.key) is not None  # served, by hashing
     assert target.read_bytes() == b""
     assert not any((tmp_path / f"outside.sqlite{suffix}").exists() for suffix in ("-wal", "-shm", "-journal"))
+
+
+def test_a_symlinked_tmp_is_never_cleaned_or_built_in(tmp_path):
+    cache = ArtifactCache(tmp_path / "cache")
+    built(cache, "first")
+    shutil.rmtree(cache.tmp_root)
+    outside = tmp_path / "outside"
+    (outside / f"trash-{'2' * 32}").mkdir(parents=True)  # named as mlbench names its own leftovers
+    cache.tmp_root.symlink_to(outside, target_is_directory=True)
+    cache.clean_stale_builds()  # as every run starts
+    seen = []
+    entry, _ = cache.get_or_build(key_for("second"), INPUTS, lambda tmp: seen.append(tmp) or FileBuilder()(tmp))
+    assert (outside / f"trash-{'2' * 32}").is_dir() and sorted(p.name for p in outside.iterdir()) == [f"trash-{'2' * 32}"]
+    assert not cache.tmp_root.is_symlink() and seen[0].parent == cache.tmp_root
