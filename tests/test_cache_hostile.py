@@ -166,23 +166,23 @@ UNPRIVILEGED = 65534  # nobody
 
 
 @pytest.fixture
-def reachable_by_nobody(tmp_path):
-    """tmp_path, where an unprivileged user may work: its ancestors searchable (not listable) for the test's
-    length, their modes put back after."""
+def reachable_by_nobody():
+    """A folder an unprivileged user may work in, removed after the test. Not under tmp_path: pytest keeps its
+    base folder private (0700) and any pytest session that starts makes it private again, so a child running
+    as another user could not reach tmp_path reliably; /tmp itself is open to every user."""
+    import tempfile
+
     if os.geteuid() != 0 or shutil.which("setpriv") is None:
         pytest.skip("needs root and setpriv to run a child as an unprivileged user")
-    changed = []
-    for folder in [tmp_path, *tmp_path.parents]:
-        mode = stat.S_IMODE(folder.stat().st_mode)
-        wanted = 0o777 if folder == tmp_path else mode | 0o011
-        if mode != wanted:
-            changed.append((folder, mode))
-            folder.chmod(wanted)
+    folder = Path(tempfile.mkdtemp(prefix="mlbench-unprivileged-"))
+    folder.chmod(0o777)
     try:
-        yield tmp_path
+        yield folder
     finally:
-        for folder, mode in changed:
-            folder.chmod(mode)
+        for path in [folder, *folder.rglob("*")]:  # what the test took away from its owner, given back to delete it
+            if path.is_dir() and not path.is_symlink():
+                path.chmod(0o700)
+        shutil.rmtree(folder)
 
 
 UNPRIVILEGED_RUN = """
@@ -338,6 +338,6 @@ def test_a_symlinked_tmp_is_never_cleaned_or_built_in(tmp_path):
     cache.tmp_root.symlink_to(outside, target_is_directory=True)
     cache.clean_stale_builds()  # as every run starts
     seen = []
-    entry, _ = cache.get_or_build(key_for("second"), INPUTS, lambda tmp: seen.append(tmp) or FileBuilder()(tmp))
+    cache.get_or_build(key_for("second"), INPUTS, lambda tmp: seen.append(tmp) or FileBuilder()(tmp))
     assert (outside / f"trash-{'2' * 32}").is_dir() and sorted(p.name for p in outside.iterdir()) == [f"trash-{'2' * 32}"]
     assert not cache.tmp_root.is_symlink() and seen[0].parent == cache.tmp_root
