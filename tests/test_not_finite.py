@@ -130,7 +130,7 @@ def test_every_format_is_written_beside_a_record_that_breaks_the_schema(write_pi
 
 def test_a_journal_record_that_no_longer_reads_is_measured_again_not_counted_as_a_crash(tmp_path):
     journal = Journal(tmp_path / "journal.jsonl")
-    journal.start({"run_id": "r1"})
+    journal.start({"run_id": "r1", "created": "2026-01-01T00:00:00+00:00"})
     journal.started("a/torch/cpu", None, "2026-01-01T00:00:00+00:00")
     line = json.loads(record("a/torch/cpu", verify=verification()).model_dump_json())
     del line["verify"]["not_finite"]  # as the writer before inf was data left it: bare nulls

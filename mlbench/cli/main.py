@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -100,7 +101,9 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace):
     from mlbench.store.cache import ArtifactCache, default_cache_dir
 
-    return ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
+    cache = ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
+    cache.claim(create=False)  # a folder that is not mlbench's cache: one line, nothing read or removed
+    return cache
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
@@ -150,7 +153,8 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
     bad = [(entry, why) for entry, why in results if why is not None]
     for entry, why in bad:
         label = entry.meta.get("label") or entry.meta.get("key_inputs", {}).get("backend", "?")
-        print(printable(f"{entry.key[:12]}  {label}: {why}; evicted, the next run rebuilds it"))
+        outcome = "" if os.path.lexists(entry.path) else "; evicted, the next run rebuilds it"
+        print(printable(f"{entry.key[:12]}  {label}: {why}{outcome}"))
     size = format_size(sum(entry.size_bytes for entry, _ in results))
     verdict = f"{len(bad)} corrupt" if bad else "all intact"
     print(f"verified {len(results)} entries ({size}) in {cache.root}: {verdict}")
