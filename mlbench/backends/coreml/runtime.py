@@ -167,8 +167,10 @@ def measure_package(
                          min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
     precision = variant.axis("precision")
     tolerance = config.verify.tolerance_for(precision, variant.axis("optimize"))
+    floor = config.verify.min_snr_db_for(precision, variant.axis("optimize"))
     verify = (compare_outputs(model.sample(0, alternative)[1], ordered_outputs(artifact, prediction),
-                              tolerance=tolerance, reference_name=REFERENCE) if model.has_source else None)
+                              tolerance=tolerance, min_snr_db=floor, reference_name=REFERENCE)
+              if model.has_source else None)
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     metrics["compile_time"] = Metric.measured(compile_ms, "ms")
     details: dict[str, Any] = {
