@@ -171,7 +171,7 @@ def _weak_note(scale: dict[str, float], judged: dict[str, float | None], toleran
     """Say when max_rel cannot see a wrong export of some output (an all-zero one would be within the
     tolerance), so that only the SNR judges it; or, for outputs that are all 0, that nothing can."""
     silent = [name for name, size in scale.items() if size == 0]
-    weak = [name for name, size in scale.items() if 0 < size and size / max(size, 1.0) <= tolerance]
+    weak = [name for name, size in scale.items() if size > 0 and size / max(size, 1.0) <= tolerance]
     if not scale:
         return "there are no non-empty outputs: nothing was compared"
     if not silent and not weak:
