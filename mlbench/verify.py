@@ -89,24 +89,21 @@ def _snr_db(reference: np.ndarray, actual: np.ndarray) -> float | None:
 def _top1(reference: np.ndarray, actual: np.ndarray) -> float | None:
     """Share of rows whose arg-max agrees, for outputs shaped like class scores (2-D, last dim > 1)."""
     ref = np.asarray(reference)
-    if ref.ndim != 2 or ref.shape[-1] < 2 or ref.shape[0] == 0:
+    if ref.ndim != 2 or ref.shape[-1] < 2:
         return None
     got = np.asarray(actual).reshape(ref.shape)
     return float(np.mean(np.argmax(ref, axis=-1) == np.argmax(got, axis=-1)))
 
 
-def _moved_decisively(reference: np.ndarray, actual: np.ndarray, min_snr_db: float) -> tuple[int, int]:
-    """(rows whose arg-max moved although the reference's margin is over DECISIVE_MARGIN × the noise
-    the floor allows, rows) for class scores; (0, 0) for other outputs."""
+def _moved_decisively(reference: np.ndarray, actual: np.ndarray, min_snr_db: float) -> int:
+    """Rows of class scores (2-D, checked by `_top1`) whose arg-max moved although the reference's
+    margin is over DECISIVE_MARGIN × the noise the floor allows."""
     ref = np.asarray(reference, dtype=np.float64)
-    if ref.ndim != 2 or ref.shape[-1] < 2 or ref.shape[0] == 0:
-        return 0, 0
-    got = np.asarray(actual, dtype=np.float64).reshape(ref.shape)
-    allowed = np.sqrt(np.mean(ref**2, axis=-1)) * 10 ** (-min_snr_db / 20)
+    allowed = np.sqrt(np.mean(ref**2, axis=1)) * 10 ** (-min_snr_db / 20)
     rows = np.arange(ref.shape[0])
-    expected, chosen = np.argmax(ref, axis=-1), np.argmax(got, axis=-1)
+    expected, chosen = np.argmax(ref, axis=1), np.argmax(np.asarray(actual).reshape(ref.shape), axis=1)
     margin = ref[rows, expected] - ref[rows, chosen]
-    return int(np.sum((expected != chosen) & (margin > DECISIVE_MARGIN * allowed))), len(rows)
+    return int(np.sum((expected != chosen) & (margin > DECISIVE_MARGIN * allowed)))
 
 
 def _db(snr: float | None) -> str:
@@ -130,34 +127,35 @@ def compare_samples(
     worst = max(checks, key=lambda v: v.max_rel)
     snrs: list[float] = []
     top1: dict[str, list[float]] = {}
-    scale: dict[str, float] = {}  # largest |reference| per output over every sample
-    judged: dict[str, float | None] = {}  # worst SNR per output over the samples where it has signal
-    moved: dict[str, tuple[int, int]] = {}
+    scale: dict[str, float] = {}  # largest |reference| per non-empty output over every sample
+    judged: dict[str, list[float]] = {}  # SNRs per output over the samples where it has signal (not exact)
+    moved: dict[str, int] = {}  # rows whose class moved decisively, per output
+    rows: dict[str, int] = {}
     for ref, got in pairs:
         for (name, r), g in zip(ref, got):
-            size = float(np.max(np.abs(np.asarray(r, dtype=np.float64)))) if np.size(r) else 0.0
-            if np.size(r):
-                scale[name] = max(scale.get(name, 0.0), size)
             snr = _snr_db(r, g)
             if snr is not None:
                 snrs.append(snr)
-            if size > 0:
-                before = judged.get(name)
-                judged[name] = snr if before is None else before if snr is None else min(before, snr)
+            if not np.size(r):
+                continue
+            size = float(np.max(np.abs(np.asarray(r, dtype=np.float64))))
+            scale[name] = max(scale.get(name, 0.0), size)
+            if size > 0 and snr is not None:
+                judged.setdefault(name, []).append(snr)
             agreement = _top1(r, g)
             if agreement is not None:
                 top1.setdefault(name, []).append(agreement)
-            flips, rows = _moved_decisively(r, g, min_snr_db)
-            moved[name] = (moved.get(name, (0, 0))[0] + flips, moved.get(name, (0, 0))[1] + rows)
+                moved[name] = moved.get(name, 0) + _moved_decisively(r, g, min_snr_db)
+                rows[name] = rows.get(name, 0) + np.shape(r)[0]
     agreements = [float(np.mean(values)) for values in top1.values()]
     failures = [] if worst.passed else [f"max_rel {worst.max_rel:.3g} exceeds the tolerance {tolerance:.3g}"]
-    for name, snr in judged.items():
-        if snr is not None and snr < min_snr_db:
-            failures.append(f"output '{name}' SNR {_db(snr)} is below the floor {min_snr_db:g} dB")
-    for name, (flips, rows) in moved.items():
+    for name, values in judged.items():
+        if min(values) < min_snr_db:
+            failures.append(f"output '{name}' SNR {_db(min(values))} is below the floor {min_snr_db:g} dB")
+    for name, flips in moved.items():
         if flips:
-            failures.append(f"output '{name}' top-1 class moved in {flips} of {rows} rows where the reference's "
-                            f"margin is over {DECISIVE_MARGIN:g}× the noise {min_snr_db:g} dB allows")
+            failures.append(f"output '{name}' top-1 class moved in {flips} of {rows[name]} rows where the "
+                            f"reference's margin is over {DECISIVE_MARGIN:g}× the noise {min_snr_db:g} dB allows")
     return worst.model_copy(update={
         "source": source, "samples": len(pairs), "snr_db": min(snrs) if snrs else None,
         "top1_agreement": min(agreements) if agreements else None, "method": method,
@@ -166,7 +164,7 @@ def compare_samples(
     })
 
 
-def _weak_note(scale: dict[str, float], judged: dict[str, float | None], tolerance: float,
+def _weak_note(scale: dict[str, float], judged: dict[str, list[float]], tolerance: float,
                min_snr_db: float) -> str | None:
     """Say when max_rel cannot see a wrong export of some output (an all-zero one would be within the
     tolerance), so that only the SNR judges it; or, for outputs that are all 0, that nothing can."""
@@ -183,7 +181,7 @@ def _weak_note(scale: dict[str, float], judged: dict[str, float | None], toleran
     if weak:
         subject = "outputs are" if len(weak) == len(scale) else (
             f"output '{weak[0]}' is" if len(weak) == 1 else f"outputs {', '.join(repr(n) for n in weak)} are")
-        worst = min([snr for n in weak if (snr := judged.get(n)) is not None], default=None)
+        worst = min([snr for n in weak for snr in judged.get(n, [])], default=None)
         parts.append(f"{subject} at most {max(scale[n] for n in weak):.2g}: relative error over max(scale, 1) "
                      f"cannot see a wrong export; SNR {_db(worst)} (floor {min_snr_db:g} dB)")
     if silent:

@@ -254,3 +254,87 @@ def test_a_class_decision_moves_the_verdict_only_when_noise_within_the_floor_cou
     rounded[0, [top, runner_up]] = best + 1e-3, best
     swapped = compare_samples([([("logits", rounded)], [tie])], tolerance=10.0, min_snr_db=30.0, reference_name="r")
     assert swapped.top1_agreement == 0.0 and swapped.passed and swapped.failures == []
+
+
+def _flip_to(row: np.ndarray, index: int) -> np.ndarray:
+    """The row with class `index` made the winner by a hair, its top class and it meeting halfway: the least
+    noise that moves the decision (a flip needs an error of at least the margin)."""
+    moved = np.array(row, dtype=np.float64)
+    top = int(np.argmax(row))
+    middle = (float(row[top]) + float(row[index])) / 2
+    moved[top], moved[index] = middle, middle + 1e-9
+    return moved
+
+
+def test_a_moved_class_fails_only_past_six_times_the_noise_the_floor_allows():
+    peak = np.zeros((1, 36))
+    peak[0, 0] = 6.0  # RMS exactly 1: at floor 0 dB the noise allowed is 1 and the bound is a margin of exactly 6
+    at_bound = compare_samples([([("p", peak)], [_flip_to(peak[0], 5)[None]])], tolerance=10.0, min_snr_db=0.0,
+                               reference_name="r")
+    assert at_bound.top1_agreement == 0.0 and at_bound.snr_db > 0 and at_bound.passed  # exactly 6× is not over it
+    row = np.random.default_rng(2).uniform(-1.0, 0.5, 200)
+    row[0] = 1.0
+    for _ in range(6):  # the two margins move the RMS a little: settle them at 0.95 and 1.05 of the bound
+        bound = 6 * float(np.sqrt(np.mean(row**2))) * 10 ** (-20 / 20)  # floor 20 dB
+        row[1], row[2] = 1.0 - 0.95 * bound, 1.0 - 1.05 * bound
+    assert (1.0 - row[1]) / bound == pytest.approx(0.95, abs=1e-6) and (1.0 - row[2]) / bound == pytest.approx(1.05)
+    within = compare_samples([([("p", row[None])], [_flip_to(row, 1)[None]])], tolerance=10.0, min_snr_db=20.0,
+                             reference_name="r")
+    assert within.top1_agreement == 0.0 and within.passed
+    past = compare_samples([([("p", row[None])], [_flip_to(row, 2)[None]])], tolerance=10.0, min_snr_db=20.0,
+                           reference_name="r")
+    assert past.snr_db > 25 and past.failures == [  # the SNR is fine: only the class decision fails it
+        "output 'p' top-1 class moved in 1 of 1 rows where the reference's margin is over 6× the noise 20 dB allows"]
+
+
+def test_each_row_of_class_scores_is_judged_against_its_own_noise_and_moves_add_up_over_samples():
+    scores = np.zeros((2, 100))
+    scores[0, 0] = 1.0                                   # RMS 0.1: at 20 dB a margin over 0.06 is decisive
+    scores[1] = 100.0 - np.arange(100) * 1e-3            # RMS ≈ 100: a margin of 1e-3 is a near tie
+    moved = np.stack([_flip_to(scores[0], 1), _flip_to(scores[1], 1)])
+    one = ([("p", scores)], [moved])
+    result = compare_samples([one, one, ([("p", scores)], [scores])], tolerance=10.0, min_snr_db=20.0,
+                             reference_name="r")
+    assert result.snr_db > 60 and result.failures == [
+        "output 'p' top-1 class moved in 2 of 6 rows where the reference's margin is over 6× the noise 20 dB allows"]
+    assert result.top1_agreement == pytest.approx((0.0 + 0.0 + 1.0) / 3)
+
+
+def test_integer_class_scores_are_judged_in_float64():
+    """uint8 squares wrap (200² is 64): the noise allowed would shrink and a near tie would fail."""
+    scores = np.array([[200, 198, 0]], dtype=np.uint8)
+    swapped = np.array([[198, 200, 0]], dtype=np.uint8)
+    result = compare_samples([([("p", scores)], [swapped])], tolerance=1.0, min_snr_db=30.0, reference_name="r")
+    assert result.top1_agreement == 0.0 and result.passed
+    wrapped = compare_samples([([("q", np.array([-128, 0], dtype=np.int8))], [np.zeros(2, dtype=np.int8)])],
+                              tolerance=10.0, min_snr_db=30.0, reference_name="r")
+    assert wrapped.failures == ["output 'q' SNR 0.0 dB is below the floor 30 dB"]  # |-128| taken in float64
+
+
+def test_an_snr_at_the_floor_passes_and_the_worst_sample_counts_in_any_order():
+    exact_64 = float(10 * np.log10(64.0))
+    at_floor = compare_samples([([("y", np.array([1.0, 0.0]))], [np.array([1.0, 0.125])])], tolerance=1.0,
+                               min_snr_db=exact_64, reference_name="r")
+    assert at_floor.snr_db == exact_64 and at_floor.passed
+
+    def sample(noise: float):
+        return [("y", np.array([1.0, 0.0]))], [np.array([1.0, noise])]  # SNR −20·log10(noise)
+
+    for order in ([0.1, 0.3, 0.1], [0.3, 0.1], [0.1, 0.3]):
+        result = compare_samples([sample(n) for n in order], tolerance=1.0, min_snr_db=12.0, reference_name="r")
+        assert result.failures == ["output 'y' SNR 10.5 dB is below the floor 12 dB"], order
+
+
+def test_the_weak_note_reads_the_largest_value_over_samples_and_the_tolerance_against_max_scale_one():
+    first = ([("y", np.array([4e-5])), ("z", np.array([1.0]))], [np.array([4e-5]), np.array([1.0])])
+    second = ([("y", np.array([1e-5])), ("z", np.array([1.0]))], [np.array([1e-5]), np.array([1.0])])
+    result = compare_samples([first, second], tolerance=1e-3, min_snr_db=30.0, reference_name="r")
+    assert result.note == ("output 'y' is at most 4e-05: relative error over max(scale, 1) cannot see a wrong export; "
+                           "SNR exact (floor 30 dB)")
+    loose = compare_outputs([("y", np.array([2.0, 0.0]))], [np.array([2.0, 0.0])], tolerance=1.0, min_snr_db=30.0,
+                            reference_name="r")
+    assert loose.note is not None and loose.note.startswith("outputs are at most 2: ")  # all zeros: max_rel 2 / 2
+    silent = compare_outputs([("a", np.zeros(2)), ("b", np.zeros(2)), ("c", np.ones(2))],
+                             [np.zeros(2), np.zeros(2), np.ones(2)], tolerance=1e-3, min_snr_db=30.0,
+                             reference_name="r")
+    assert silent.note == "'a', 'b' all 0 in the reference: nothing can check them"
