@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from mlbench.overflow import float16_overflow
 from mlbench.records import OutputError, Verification
 
 DECISIVE_MARGIN = 6.0
@@ -160,7 +161,7 @@ def compare_samples(
         "source": source, "samples": len(pairs), "snr_db": min(snrs) if snrs else None,
         "top1_agreement": min(agreements) if agreements else None, "method": method,
         "min_snr_db": min_snr_db, "passed": not failures, "failures": failures,
-        "note": _weak_note(scale, judged, tolerance, min_snr_db),
+        "note": _weak_note(scale, judged, tolerance, min_snr_db), "overflow": float16_overflow(pairs),
     })
 
 

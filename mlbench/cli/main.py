@@ -16,7 +16,9 @@ from mlbench.errors import UserError
 
 
 def _err(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    from mlbench.report.text import printable
+
+    print(printable(text), file=sys.stderr, flush=True)  # what a file or a model said never drives the terminal
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -104,11 +106,12 @@ def _cache(args: argparse.Namespace):
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     from datetime import datetime
 
+    from mlbench.report.text import printable
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
     entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
-    label = lambda meta: meta.get("label") or meta.get("key_inputs", {}).get("backend", "?")  # noqa: E731
+    label = lambda meta: printable(meta.get("label") or meta.get("key_inputs", {}).get("backend", "?"))  # noqa: E731
     if args.format == "json":
         print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries), "entries": [
             {"key": e.key, "size_bytes": e.size_bytes, "last_used": datetime.fromtimestamp(e.last_used).isoformat(
@@ -139,6 +142,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
 
 def cmd_cache_verify(args: argparse.Namespace) -> int:
     """Hash every entry, whatever the stat state says; evict the corrupt ones (exit 1 if any)."""
+    from mlbench.report.text import printable
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
@@ -146,7 +150,7 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
     bad = [(entry, why) for entry, why in results if why is not None]
     for entry, why in bad:
         label = entry.meta.get("label") or entry.meta.get("key_inputs", {}).get("backend", "?")
-        print(f"{entry.key[:12]}  {label}: {why}; evicted, the next run rebuilds it")
+        print(printable(f"{entry.key[:12]}  {label}: {why}; evicted, the next run rebuilds it"))
     size = format_size(sum(entry.size_bytes for entry, _ in results))
     verdict = f"{len(bad)} corrupt" if bad else "all intact"
     print(f"verified {len(results)} entries ({size}) in {cache.root}: {verdict}")
@@ -304,9 +308,14 @@ def _log_warnings_as_lines() -> None:
     import logging
 
     class CurrentStderr(logging.StreamHandler):
-        """Writes to whatever sys.stderr is now (tests and wrappers replace it)."""
+        """Writes to whatever sys.stderr is now (tests and wrappers replace it), control characters escaped."""
 
         stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+        def format(self, record: logging.LogRecord) -> str:
+            from mlbench.report.text import printable
+
+            return printable(super().format(record))
 
     logger = logging.getLogger("mlbench")
     if not logger.handlers:

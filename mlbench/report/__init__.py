@@ -31,16 +31,25 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
-    """Write every format the pipeline asks for; returns format → path."""
-    from mlbench.report.json_report import render_json
+    """Write every format the pipeline asks for; returns format → path. A record that breaks the report
+    schema is written as failed, with the schema error as its reason; every other record is written."""
+    from mlbench.report.fit import fit_report
+    from mlbench.report.json_report import ReportSchemaError, render_json
     from mlbench.report.markdown import render_markdown
+
+    try:
+        json_text = render_json(report)
+    except ReportSchemaError:  # the runner fits each record as it finishes (inf in free-form details
+        # included); this is the last guard, for a record that reaches here some other way
+        report = fit_report(report)
+        json_text = render_json(report)
 
     def html(report: RunReport) -> str:
         from mlbench.report.html import render_html
 
         return render_html(report, trends=_trends(report, pipeline))
 
-    renderers = {"json": (render_json, "report.json"), "markdown": (render_markdown, "report.md"),
+    renderers = {"json": (lambda _report: json_text, "report.json"), "markdown": (render_markdown, "report.md"),
                  "html": (html, "report.html")}
     written: dict[str, Path] = {}
     for fmt in pipeline.config.report.formats:

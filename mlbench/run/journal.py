@@ -76,7 +76,7 @@ class Journal:
                 if "run" in entry and contents is None:
                     contents = JournalContents(header=entry["run"])
                 elif contents is not None and "record" in entry:
-                    record = RunRecord.model_validate(entry["record"])
+                    record = _read_record(entry["record"], contents)
                     contents.records[record.variant_id] = record
                     contents.fingerprints[record.variant_id] = entry.get("fingerprint")
                     contents.unfinished.pop(record.variant_id, None)
@@ -97,3 +97,14 @@ class Journal:
             raise UserError("the journal has no run header; run without --resume", file=self.path)
         contents.skipped_lines = skipped
         return contents
+
+
+def _read_record(data: Any, contents: JournalContents) -> RunRecord:
+    """The journal's record; one that no longer reads (e.g. written before inf was kept as data) still
+    says its variant finished, so a resume measures it again instead of counting it as a crash."""
+    try:
+        return RunRecord.model_validate(data)
+    except ValueError:
+        if isinstance(data, dict) and isinstance(data.get("variant_id"), str):
+            contents.unfinished.pop(data["variant_id"], None)
+        raise

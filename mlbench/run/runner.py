@@ -20,6 +20,7 @@ from mlbench.load import LoadSample, load_between, sample
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
 from mlbench.records import PipelineInfo, RunRecord, RunReport
+from mlbench.report.fit import fit_record
 from mlbench.run.executors import DaskExecutor, LocalExecutor
 from mlbench.run.journal import Journal
 from mlbench.run.limits import ChildLimits, limits_for
@@ -70,7 +71,9 @@ class Runner:
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _finish(self, finished: Finished) -> None:
-        """Keep the record and write it to the journal (flushed) before anything else happens."""
+        """Keep the record and write it to the journal (flushed) before anything else happens; a record
+        that breaks the report schema is kept failed, with the schema error as its reason."""
+        finished.record = fit_record(finished.record)
         info = finished.record.artifact
         if info is not None and info.key in self.built_keys:  # found in the cache, but built by this run
             finished.record.artifact = info.model_copy(update={"cache_hit": False})

@@ -74,7 +74,7 @@ class CoremlBackend(Backend):
     target: CoremlTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
-        from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+        from mlbench.backends.coreml.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.deployment import check_deployment_target
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
@@ -102,6 +102,8 @@ class CoremlBackend(Backend):
             key_inputs["calibration"] = _digest_feeds(calibration)
         cached = build_cached(self.cache, key_inputs, export, label=variant.artifact_id, own_facts=own_facts)
         stored = cached.meta.get("analysis")
+        if not isinstance(stored, dict) or stored.get("analysis_version") != ANALYSIS_VERSION:
+            stored = None  # stored by an older analysis (or none): read the package again
         analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(cached.path)})
                     if stored else analyse_package(cached.path))
         details: dict[str, Any] = {

@@ -53,7 +53,8 @@ class ToyBackend(Backend):
                                  reference_name="eager")
         ops = [OpPlacement(name="all", op_type="toy", device="toy_accel")]
         placement = Placement(source="measured", method="toy", compute_ops=1, constants=0,
-                              by_count={"toy_accel": 1.0}, switches=0, ops=ops)
+                              by_count={"toy_accel": 1.0}, by_cost={"toy_accel": 1.0}, cost_basis="time",
+                              switches=0, ops=ops)
         metrics = {**runtime_metrics(latency, first_ms=first_ms, verify=verify), **placement_metrics(placement)}
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement)
 
