@@ -338,3 +338,10 @@ def test_the_weak_note_reads_the_largest_value_over_samples_and_the_tolerance_ag
                              [np.zeros(2), np.zeros(2), np.ones(2)], tolerance=1e-3, min_snr_db=30.0,
                              reference_name="r")
     assert silent.note == "'a', 'b' all 0 in the reference: nothing can check them"
+
+
+def test_a_float16_overflow_is_named_on_the_verification():
+    result = compare_samples([([("y", np.array([[75000.0, 1.0]]))], [np.array([[np.inf, 1.0]], dtype=np.float16)])],
+                             tolerance=1e-2, min_snr_db=30.0, reference_name="r")
+    assert result.overflow == "float16 overflow: output 'y' reaches 7.5e4 in eager float32 (float16 max 65504)"
+    assert not result.passed and result.failures[0] == "max_rel inf exceeds the tolerance 0.01"
