@@ -207,7 +207,13 @@ class Verification(NotFiniteAsAbsent):
     max_abs: Figure
     max_rel: Figure
     tolerance: float = Field(description="Limit on max_rel for this precision, from the pipeline.")
+    min_snr_db: float | None = Field(
+        default=None, description="Least SNR in dB each output with any signal needed (verify.min_snr_db for this "
+        "precision or recipe); null in records written before the SNR was judged.")
     passed: bool
+    failures: list[str] = Field(
+        default_factory=list, description="Why it failed, one line per check it broke (max_rel over the tolerance, "
+        "an output's SNR under the floor, a class decision moved); empty when it passed.")
     outputs: list[OutputError]
     note: str | None = Field(default=None, description="Why the comparison may say little, e.g. outputs all ≈ 0.")
     samples: int = Field(default=1, description="Seeded input sets compared; max_abs/max_rel are the worst of them.")
@@ -233,6 +239,11 @@ class Verification(NotFiniteAsAbsent):
 
     def _why_not_finite(self) -> str:
         return self.why_not_finite
+
+    def why_failed(self) -> str:
+        """The failures in one line, saying where the figures came from when they were not measured."""
+        text = "; ".join(self.failures) or f"max_rel {self.max_rel:.3g} exceeds the tolerance {self.tolerance:.3g}"
+        return text if self.source == "measured" else f"{text} ({self.source})"
 
 
 Device = str

@@ -5,6 +5,8 @@ size limit) lives in `markdown_layout`."""
 
 from __future__ import annotations
 
+from math import isfinite
+
 from mlbench.backends.base import REFERENCE
 from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
@@ -54,8 +56,9 @@ def _verify(record: RunRecord) -> str:
     if record.verify is None:
         return "reference" if "verify" in record.details else "–"
     mark = "" if record.verify.passed else " ✗"
-    if record.verify.note:
-        mark += " (reference near 0: uninformative)"  # not ≈, which marks an estimate
+    if record.verify.note:  # some output is too small for max_rel to see a wrong export (not ≈: an estimate)
+        snr = record.verify.snr_db
+        mark += " (outputs near 0: max_rel blind" + (f"; SNR {snr:.0f} dB)" if snr is not None and isfinite(snr) else ")")
     if record.verify.samples > 1:
         mark += f" ({record.verify.samples} samples)"
     return f"{source_mark(record.verify.source)}{record.verify.max_rel:.2e}{mark}"

@@ -146,9 +146,11 @@ class CoremlBackend(Backend):
         compute_units = variant.axis("compute_units")
 
         def emulate() -> tuple[Any, str | None]:
+            precision, recipe = variant.axis("precision"), variant.axis("optimize")
             return emulated_verification(
                 artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
-                tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
+                tolerance=self.config.verify.tolerance_for(precision, recipe),
+                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe))
 
         if sys.platform != "darwin":
             placement = with_reshape_note(placement_for(artifact, compute_units), artifact,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, samples: int, tolerance: float,
-                          alternative: int = 0) -> tuple[Verification | None, str | None]:
+                          min_snr_db: float, alternative: int = 0) -> tuple[Verification | None, str | None]:
     """(verification, None), or (None, the reason it could not be had: an op the interpreter lacks,
     a model type it does not run, a program it cannot read)."""
     from mlbench.backends.coreml.emulate import (
@@ -48,8 +48,8 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
             outputs = emulator.run(feeds)
             pairs.append((reference, list(outputs.values())))
             fed.append(feeds)
-        verification = compare_samples(pairs, tolerance=tolerance, reference_name=REFERENCE, source="emulated",
-                                       method=EMULATION_NOTE)
+        verification = compare_samples(pairs, tolerance=tolerance, min_snr_db=min_snr_db, reference_name=REFERENCE,
+                                       source="emulated", method=EMULATION_NOTE)
         verification = _name_overflow(verification, emulator, pairs, fed)
     except UnsupportedOps as exc:
         return None, f"the interpreter lacks {', '.join(exc.ops)}"
