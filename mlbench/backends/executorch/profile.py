@@ -84,9 +84,10 @@ def build_placement(summary: dict[str, Any], delegate: str, op_time: dict[str, A
     by its measured time where ETDump ran."""
     ops = summary["ops"]
     count = len(ops)
-    by_count: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for op in ops:
-        by_count[op["device"]] = by_count.get(op["device"], 0.0) + 1.0 / max(count, 1)
+        counts[op["device"]] = counts.get(op["device"], 0) + 1
+    by_count = {device: n / count for device, n in counts.items()}
     by_cost = None
     if op_time and op_time.get("calls_ms"):
         by_cost = {d: ms / op_time["calls_ms"] for d, ms in op_time["by_device_ms"].items()}
