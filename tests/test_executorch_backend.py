@@ -72,12 +72,12 @@ def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     placement = record.placement
     assert placement.source == "measured" and placement.preferred == "xnnpack"
     assert [(op.op_type, op.device) for op in placement.ops] == [
-        ("linear", "xnnpack"), ("relu", "xnnpack"), ("cumsum", "portable"), ("linear", "xnnpack")]
-    assert placement.by_count == {"xnnpack": 0.75, "portable": 0.25}
+        ("linear", "xnnpack"), ("relu", "xnnpack"), ("cumsum", "cpu"), ("linear", "xnnpack")]
+    assert placement.by_count == {"xnnpack": 0.75, "cpu": 0.25}
     assert placement.switches == 2  # into portable kernels and back
     assert placement.ops[2].reason == "not taken by the xnnpack partitioner"
     assert record.details["partition"]["portable_ops"] == ["cumsum"]
-    assert record.metrics["placement.count.portable"].value == 0.25
+    assert record.metrics["placement.count.cpu"].value == 0.25
     assert placement.cost_basis == "time" and abs(sum(placement.by_cost.values()) - 1.0) < 1e-9
 
 
@@ -92,7 +92,7 @@ def test_measured_latency_verification_size_and_planned_memory(et_run):
         assert record.metrics["size.package"].value == record.artifact.size_bytes - _sidecars(record)
         assert record.metrics["memory.planned"].value > 0
     assert et_records(report)["xnnpack/float32/none"].verify.max_rel < 1e-5
-    assert et_records(report)["portable/float32/none"].placement.by_count == {"portable": 1.0}
+    assert et_records(report)["portable/float32/none"].placement.by_count == {"cpu": 1.0}
 
 
 def _sidecars(record):
@@ -106,12 +106,14 @@ def test_etdump_table_covers_the_method_time(et_run):
     _, report = et_run
     op_time = et_records(report)["xnnpack/float32/none"].details["op_time"]
     devices = sorted(row["device"] for row in op_time["by_call"])
-    assert devices == ["portable", "xnnpack", "xnnpack"]  # two XNNPACK partitions, one portable kernel
+    assert devices == ["cpu", "xnnpack", "xnnpack"]  # two XNNPACK partitions, one portable kernel
     assert {tuple(r["op_types"]) for r in op_time["by_call"]} == {("linear", "relu"), ("cumsum",), ("linear",)}
     # the top-level calls are the method's time less its own dispatch: never more, and most of it
     assert 0.5 * op_time["total_ms"] <= op_time["calls_ms"] <= op_time["total_ms"]
     markdown = next((et_run[0] / "out").glob("*.md")).read_text()
     assert "Per-call time of <code>executorch/xnnpack/float32/none</code>" in markdown
+    assert ("Partition of <code>executorch/xnnpack/float32/none</code>: xnnpack 75% of ops (" in markdown
+            and "portable kernels 25% of ops (" in markdown and "2 switches; left to portable kernels: cumsum" in markdown)
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="the Core ML delegate runs on macOS")

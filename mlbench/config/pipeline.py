@@ -6,7 +6,7 @@ Reading a file into a validated `Pipeline` is `mlbench.config.load`. Nothing her
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union, get_args, get_origin
 
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
@@ -156,8 +156,22 @@ class ExecutorSettings(StrictModel):
 TARGET_MODELS = tuple(spec.target for spec in specs().values())
 """Every registered backend's target model, in the registry's order (the schema lists them so)."""
 _RECIPES = [spec.recipes for spec in specs().values() if spec.recipes is not None]
+
+
+def _recipe_models(recipe: Any) -> list[Any]:
+    """The models a backend's recipe type names (one model, or a union of them, possibly Annotated)."""
+    if get_origin(recipe) is Annotated:
+        return _recipe_models(get_args(recipe)[0])
+    if get_origin(recipe) is Union:
+        return [m for arg in get_args(recipe) for m in _recipe_models(arg)]
+    return [recipe]
+
+
+# Several backends' recipes: one union discriminated by `kind`, so a mistake is reported against the
+# recipe its kind names only (not once per backend)
 Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1
-               else Union[tuple(_RECIPES)])  # noqa: UP007
+               else Annotated[Union[tuple(m for r in _RECIPES for m in _recipe_models(r))],  # noqa: UP007
+                              Field(discriminator="kind")])
 """An `optimizations:` entry: the recipes the registered backends define."""
 
 

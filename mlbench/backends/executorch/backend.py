@@ -23,8 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
-from mlbench.backends.base import REFERENCE, Backend, CallTimer, Exported, Measurement, VariantSkipped, \
-    placement_metrics, runtime_metrics
+from mlbench.backends.base import (
+    REFERENCE,
+    Backend,
+    CallTimer,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    placement_metrics,
+    runtime_metrics,
+)
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, require_executorch
 from mlbench.backends.executorch.target import ExecutorchTarget

@@ -10,7 +10,7 @@ is counted, not an error.
 Quantization recipes (xnnpack only) follow ExecuTorch's XNNPACK documentation:
 - ``int8_dynamic``: PT2E, ``XNNPACKQuantizer().set_global(get_symmetric_quantization_config(
   is_per_channel=True, is_dynamic=True))``, ``prepare_pt2e`` → one calibration call → ``convert_pt2e``;
-- ``8da4w``: torchao ``quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
+- ``8da4w``: torchao ``quantize_(module, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,  # type: ignore[attr-defined]
   weight_granularity=PerGroup(group_size)))`` on the ``nn.Linear`` layers whose input width the group divides.
 """
 
@@ -21,6 +21,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ ETRECORD = "model.etrecord"
 SUMMARY = "program.json"
 EXPORT_PATH = "torch.export → to_edge_transform_and_lower → to_executorch"
 MISSING = "executorch is not installed; install it with pip install 'mlbench-ondevice[executorch]'"
-PORTABLE = "portable"
+PORTABLE = "cpu"
+"""Where an op left to ExecuTorch's portable kernels runs, in the Placement vocabulary (the CPU, outside any delegate)."""
 DELEGATE_DEVICES = {"XnnpackBackend": "xnnpack", "CoreMLBackend": "coreml"}
 """ExecuTorch backend ids → the device names placement summaries use."""
 NOT_COMPUTE = {"getitem", "executorch_call_delegate"}
@@ -99,7 +101,7 @@ def _quantize(module: Any, args: tuple, recipe: dict[str, Any]) -> Any:
         quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True,
                                                                                      is_dynamic=True))
         graph = torch.export.export(module, args).module()
-        graph = prepare_pt2e(graph, quantizer)  # type: ignore[arg-type]
+        graph = prepare_pt2e(graph, quantizer)
         graph(*args)  # calibration: dynamic activations need no statistics, one call records the observers
         return convert_pt2e(graph)
     from torchao.quantization import Int8DynamicActivationIntxWeightConfig, quantize_
@@ -107,7 +109,7 @@ def _quantize(module: Any, args: tuple, recipe: dict[str, Any]) -> Any:
 
     group = recipe.get("group_size") or 32
     quantized = copy.deepcopy(module)
-    quantize_(quantized, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,
+    quantize_(quantized, Int8DynamicActivationIntxWeightConfig(weight_dtype=torch.int4,  # type: ignore[attr-defined]
                                                                weight_granularity=PerGroup(group)),
               filter_fn=lambda m, _fqn: isinstance(m, torch.nn.Linear) and m.in_features % group == 0)
     return quantized
@@ -209,7 +211,7 @@ def partition_summary(graph_module: Any, plan: Any) -> dict[str, Any]:
                     for n in inner]
         elif _is_compute(node):
             ops.append({"name": node.name, "op_type": _op_name(node), "device": PORTABLE, "provider": "portable kernel"})
-    switches = sum(1 for a, b in zip(ops, ops[1:]) if a["device"] != b["device"])
+    switches = sum(1 for a, b in pairwise(ops) if a["device"] != b["device"])
     left = sorted({op["op_type"] for op in ops if op["device"] == PORTABLE})
     buffers = [int(size) for size in plan.non_const_buffer_sizes]
     return {"ops": ops, "delegates": delegates, "portable_ops": left, "switches": switches,

@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends.executorch.export import DELEGATE_DEVICES, PORTABLE
 from mlbench.backends.capture import captured
+from mlbench.backends.executorch.export import DELEGATE_DEVICES, PORTABLE
 from mlbench.records import OpPlacement, Placement
 
 METHOD = "Method::execute"
@@ -91,7 +91,7 @@ def build_placement(summary: dict[str, Any], delegate: str, op_time: dict[str, A
     by_cost = None
     if op_time and op_time.get("calls_ms"):
         by_cost = {d: ms / op_time["calls_ms"] for d, ms in op_time["by_device_ms"].items()}
-    preferred = None if delegate == PORTABLE else delegate
+    preferred = None if delegate == "portable" else delegate
     left = summary["portable_ops"]
     note = (f"left to portable kernels: {', '.join(left)}" if left and preferred else None)
     return Placement(
