@@ -101,7 +101,9 @@ class ExecutorchBackend(Backend):
         summary = json.loads((cached.path / SUMMARY).read_text())
         details = {"export": cached.facts("export_path", "warnings"),
                    "partition": {k: summary[k] for k in ("delegates", "portable_ops", "switches", "planned_memory")}}
-        return Exported(payload=PteArtifact(cached.path, summary), info=cached.info, details=details)
+        # the size a device downloads: the .pte alone (the ETRecord and program.json beside it are for mlbench)
+        info = cached.info.model_copy(update={"size_bytes": (cached.path / PTE).stat().st_size})
+        return Exported(payload=PteArtifact(cached.path, summary), info=info, details=details)
 
     def _unavailable(self, delegate: str) -> str | None:
         """Why this machine's ExecuTorch runtime cannot run the delegate, or None."""

@@ -52,4 +52,4 @@ def _shares(record: RunRecord) -> str:
         name = "portable kernels" if device == "cpu" else device
         cost = f" ({100 * placement.by_cost.get(device, 0.0):.0f}% of time)" if placement.by_cost else ""
         parts.append(f"{name} {100 * share:.0f}% of ops{cost}")
-    return ", ".join(parts) + f", {placement.switches} switches"
+    return ", ".join(parts) + f", {placement.switches} switch{'' if placement.switches == 1 else 'es'}"
