@@ -180,7 +180,7 @@ def _op_name(node: Any) -> str:
     name = getattr(target, "__name__", None) or str(target)
     for prefix in ("aten.", "dim_order_ops."):
         name = name.removeprefix(prefix)
-    return name.removesuffix(".default").removesuffix(".out")
+    return name.split(".")[0]  # the op without its overload (cumsum.out, eq.Scalar_out → cumsum, eq)
 
 
 def _is_compute(node: Any) -> bool:
