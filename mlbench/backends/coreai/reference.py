@@ -1,0 +1,95 @@
+"""Core AI's bundled CPU reference runtime, run in a process of its own for each variant (``reference_child``).
+
+On Linux, ``AIModelAsset.executable()`` lowers the asset to a portable flatbuffer (ODIX) and runs it
+single-threaded on the CPU: real numerics of the program Core AI would ship, not the device's kernels and not
+device timing. Its own process because the runtime may abort at interpreter exit after its results are out:
+the results are read from files the child wrote (renamed into place when complete), and an exit code after
+them is recorded, never a failure. What it took per call is kept as reference-runtime time, never latency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mlbench.errors import ReportableError, one_line
+
+REFERENCE_NOTE = ("Core AI's bundled CPU reference runtime ran the saved asset on this machine (Apple's code, "
+                  "single-threaded; not the device's kernels)")
+CHILD = "mlbench.backends.coreai.reference_child"
+DEFAULT_TIMEOUT_S = 600.0
+
+
+class ReferenceRunError(ReportableError):
+    """The reference runtime gave no results: one line with how its process ended."""
+
+
+@dataclass
+class ReferenceRun:
+    outputs: list[list[np.ndarray]]  # per input set, in the function's output order
+    output_names: list[str]
+    seconds: list[float]  # each call in the reference runtime (not latency)
+    exit_note: str | None = None  # how the process ended after handing its results over, when not cleanly
+    log: list[str] = field(default_factory=list)
+
+
+def _env() -> dict[str, str]:
+    import mlbench
+
+    root = str(Path(mlbench.__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+
+
+def _exit_cause(code: int) -> str:
+    from mlbench.run.limits import exit_cause
+
+    return exit_cause(code)
+
+
+def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: str = "main",
+                  timeout_s: float | None = DEFAULT_TIMEOUT_S, command: list[str] | None = None) -> ReferenceRun:
+    """Run `function` of `asset` once per input dict in `feeds` in a fresh reference-runtime process.
+
+    `command` replaces ``[python, -m, reference_child]`` (the program is given ASSET FOLDER FUNCTION after it).
+    """
+    folder = Path(tempfile.mkdtemp(prefix="mlbench-coreai-"))
+    try:
+        for index, feed in enumerate(feeds):
+            save: Any = np.savez  # typed as if a feed could be named allow_pickle
+            save(folder / f"inputs-{index}.npz", **feed)
+        argv = [*(command or [sys.executable, "-m", CHILD]), str(asset), str(folder), function]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_env(),
+                                  timeout=timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise ReferenceRunError(f"the Core AI reference runtime ran past {timeout_s:g} s") from None
+        log = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+        result_file = folder / "done.json"
+        if not result_file.exists():
+            last = next((line for line in reversed(log) if not line.startswith(("ODIE", "W1", "  "))),
+                        log[-1] if log else "")
+            raise ReferenceRunError(f"the Core AI reference runtime {_exit_cause(done.returncode)} before handing "
+                                    f"over its results" + (f": {one_line(last, 160)}" if last else ""))
+        result: dict[str, Any] = json.loads(result_file.read_text())
+        outputs = []
+        for index in range(len(feeds)):
+            with np.load(folder / f"outputs-{index}.npz") as data:
+                outputs.append([np.array(data[f"o{i}"]) for i in range(len(result["output_names"]))])
+        note = None
+        if done.returncode != 0:
+            note = (f"the reference runtime's process {_exit_cause(done.returncode)} after handing over its results "
+                    "(Core AI may abort at interpreter exit); the results stand")
+        return ReferenceRun(outputs=outputs, output_names=result["output_names"], seconds=result["seconds"],
+                            exit_note=note, log=log[-20:])
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
