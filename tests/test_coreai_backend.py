@@ -153,7 +153,8 @@ def test_report_marks_reference_figures_and_explains_the_mark(tiny_run):
     text = next((folder / "out").rglob("*.md")).read_text(encoding="utf-8")
     assert "`‡` (**reference**: a vendor's reference runtime ran the saved program on this machine's CPU" in text
     assert "| ‡" in text
-    assert "#### Core AI asset of tiny/coreai/float32/none" in text
+    assert "<details><summary>Core AI asset of tiny/coreai/float32/none" in text
+    assert "| `tiny/coreai/float32/palettize4` |" in text
     assert "not device latency" in text
 
 
