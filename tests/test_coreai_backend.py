@@ -250,3 +250,30 @@ def test_an_abort_before_the_results_fails_in_one_line(asset):
     assert message.startswith("the Core AI reference runtime was killed by SIGABRT")
     assert message.endswith("before handing over its results: loading")
     assert "\n" not in message
+
+
+def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_path):
+    import shutil
+
+    _, report = tiny_run
+    asset = tmp_path / "mine.aimodel"
+    shutil.copytree(records(report)["float16/all/none"].artifact.path, asset)
+    path = write_pipeline(f"""\
+        version: 1
+        name: existing
+        models:
+          - name: tiny
+            source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+            inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
+        targets:
+          - backend: coreai
+            package: {asset}
+            precision: float16
+        cache: {{dir: cache}}
+        report: {{dir: out, formats: [json]}}
+        """)
+    (record,) = run(load_pipeline(path)).records
+    assert record.status == "ok", record.error
+    assert record.artifact.path == str(asset) and record.artifact.export_path == "existing Core AI asset"
+    assert record.verify.source == "reference" and record.verify.max_rel < 1e-2
+    assert record.metrics["size.package"].value == records(report)["float16/all/none"].metrics["size.package"].value
