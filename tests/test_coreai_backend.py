@@ -28,7 +28,7 @@ models:
 targets:
   - backend: coreai
     precision: [float32]
-    optimize: [none, int8, int4_block, palettize4, prune50, sparse_pal]
+    optimize: [none, int8, int4_block, palettize4, prune50, sparse_pal, w8a8]
   - backend: coreai
     precision: [float16]
 optimizations:
@@ -37,10 +37,11 @@ optimizations:
   palettize4: {{kind: palettize, nbits: 4}}
   prune50: {{kind: prune, target_sparsity: 0.5}}
   sparse_pal: {{kind: chain, steps: [prune50, palettize4]}}
+  w8a8: {{kind: linear_quantize_activations}}
 verify:
   samples: 2
   tolerance: {{float32: 1.0e-5, float16: 1.0e-2, int8: 1.0e-2, int4_block: 5.0e-2, palettize4: 5.0e-2,
-              prune50: 0.1, sparse_pal: 0.1}}
+              prune50: 0.1, sparse_pal: 0.1, w8a8: 5.0e-2}}
 cache: {{dir: cache}}
 report: {{dir: out, formats: [json, markdown]}}
 """
@@ -84,7 +85,7 @@ def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):
     by_id = records(report)
     plain = by_id["float32/all/none"].metrics["size.weights"].value
     stored = {}
-    for name in ("int8", "int4_block", "palettize4", "prune50", "sparse_pal"):
+    for name in ("int8", "int4_block", "palettize4", "prune50", "sparse_pal", "w8a8"):
         record = by_id[f"float32/all/{name}"]
         assert record.status == "ok", (name, record.error)
         assert record.verify.source == "reference" and record.verify.passed
@@ -98,6 +99,10 @@ def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):
     assert stored["palettize4"]["UInt4"] == COMPRESSED  # the indices; the tables stay float32
     assert stored["prune50"]["UInt1"] == COMPRESSED  # the sparsity mask, one bit per weight
     assert stored["sparse_pal"]["UInt1"] == COMPRESSED and "UInt4" in stored["sparse_pal"]
+    assert stored["w8a8"]["Int8"] > 432 + COMPRESSED + 640  # coreai-opt's W8A8 quantizes every weight
+    w8a8 = report.artifacts[by_id["float32/all/w8a8"].artifact.key]["coreai_asset"]["op_histogram"]
+    plain_ops = report.artifacts[by_id["float32/all/none"].artifact.key]["coreai_asset"]["op_histogram"]
+    assert w8a8["broadcasting_sub"] > plain_ops.get("broadcasting_sub", 0)  # activations' (de)quantize, lowered
 
 
 def test_float16_casts_weights_and_inputs(tiny_run):
@@ -126,9 +131,9 @@ def test_summary_op_histogram_counts_the_model_and_the_compression(tiny_run):
 def test_cache_keys_hold_what_shapes_the_asset_and_a_rerun_exports_nothing(tiny_run):
     folder, report = tiny_run
     keys = {r.variant_id: r.artifact.key for r in report.records}
-    assert len(set(keys.values())) == len(keys) == 7
+    assert len(set(keys.values())) == len(keys) == 8
     entries = ArtifactCache(folder / "cache").entries()
-    assert len(entries) == 7
+    assert len(entries) == 8
     again = run(load_pipeline(folder / "pipeline.yaml"))
     assert all(r.artifact.cache_hit for r in again.records)
     assert {r.variant_id: r.artifact.key for r in again.records} == keys

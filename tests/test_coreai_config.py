@@ -26,12 +26,13 @@ optimizations:
   int4_block: {kind: linear_quantize, dtype: int4, granularity: per_block, block_size: 32}
   prune50: {kind: prune, target_sparsity: 0.5}
   w8a8: {kind: linear_quantize_activations}
+  a8: {kind: linear_quantize_activations, weights: false}
   sparse_pal: {kind: chain, steps: [prune50, palettize4]}
   pal_then_prune: {kind: chain, steps: [palettize4, prune50]}
 """
 
 
-@pytest.mark.parametrize("name", ["palettize4", "int4_block", "prune50", "sparse_pal"])
+@pytest.mark.parametrize("name", ["palettize4", "int4_block", "prune50", "sparse_pal", "w8a8"])
 def test_recipes_coreai_opt_applies_validate(write_pipeline, name):
     config = load_pipeline(write_pipeline(PIPELINE.replace("OPT", name)))
     assert config.config.targets[0].optimize == ["none", name]
@@ -39,8 +40,7 @@ def test_recipes_coreai_opt_applies_validate(write_pipeline, name):
 
 @pytest.mark.parametrize(("name", "why"), [
     ("palettize_uniform", "coreai-opt palettizes by k-means only (mode: uniform has no Core AI pass)"),
-    ("w8a8", "W8A8 (linear_quantize_activations) is calibrated on the torch model by coreai-opt's quantizer "
-             "before conversion, which this backend does not run yet"),
+    ("a8", "coreai-opt's quantizer is applied here as W8A8 only (weights: false has no Core AI recipe yet)"),
     ("pal_then_prune", "coreai-opt joins only prune then palettize (kmeans, per_tensor) or prune then "
                        "linear_quantize (int8/uint8, per_channel, symmetric); this chain is palettize then prune"),
 ])

@@ -54,6 +54,25 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None)
     }
 
 
+def calibration_inputs(model: LoadedModel, verify_samples: int) -> list[list[Any]]:
+    """Input lists to calibrate activation quantization on: the model's real samples (`values:`) if it has
+    any, else the verify.samples seeded input sets (as the coreml backend does)."""
+    count = (model.maker.value_samples if model.maker is not None else None) or verify_samples
+    return [list(model.sample(index)[0]) for index in range(count)]
+
+
+def digest_inputs(samples: list[list[Any]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for inputs in samples:
+        for tensor in inputs:
+            array = tensor.detach().cpu().numpy()
+            digest.update(f"{array.dtype}:{list(array.shape)}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def static_metrics(analysis: dict[str, Any]) -> dict[str, Metric]:
     """Figures read from the saved asset (measured: counted on this machine's copy)."""
     return {
@@ -111,17 +130,21 @@ class CoreaiBackend(Backend):
                             details={"coreai_asset": analysis, "export": {"existing": str(path)}})
         recipe = resolve(variant.axis("optimize"), self.config.optimizations)
         output_names = [name for name, _ in model.reference]
+        calibration = (calibration_inputs(model, self.config.verify.samples)
+                       if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
 
         def export(folder: Path) -> CoreaiExportResult:
             return export_coreai(model.torch_module, model.example_inputs, model.input_names, output_names,
-                                 precision=precision, optimization=recipe, dest=folder)
+                                 precision=precision, optimization=recipe, dest=folder, calibration=calibration)
 
         def own_facts(result: CoreaiExportResult) -> dict[str, Any]:
             # read from the asset and stored beside it, so a cache hit needs no Core AI import for the figures
             return {"float16_cast": result.float16_cast, "analysis": analyse_asset(result.artifact)}
 
-        cached = build_cached(self.cache, artifact_key_inputs(model, precision, recipe), export,
-                              label=variant.artifact_id, own_facts=own_facts)
+        key_inputs = artifact_key_inputs(model, precision, recipe)
+        if calibration is not None:  # the calibration data shapes an activation-quantized asset
+            key_inputs["calibration"] = digest_inputs(calibration)
+        cached = build_cached(self.cache, key_inputs, export, label=variant.artifact_id, own_facts=own_facts)
         analysis = dict(cached.meta.get("analysis") or analyse_asset(cached.path), path=str(cached.path))
         analysis["package_bytes"] = cached.info.size_bytes
         details = {"coreai_asset": analysis,

@@ -75,16 +75,25 @@ def _version(package: str) -> str:
 
 def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], input_names: list[str],
                   output_names: list[str], *, precision: str, optimization: dict[str, Any] | None,
-                  dest: Path) -> CoreaiExportResult:
-    """Convert `module` and save it as ``dest/model.aimodel``; CoreaiExportError (one line) when a step fails."""
+                  dest: Path, calibration: list[list[torch.Tensor]] | None = None) -> CoreaiExportResult:
+    """Convert `module` and save it as ``dest/model.aimodel``; CoreaiExportError (one line) when a step fails.
+    `calibration` (input lists) feeds activation quantization."""
     import torch
 
     coreai_torch = import_coreai()
     started = time.perf_counter()
     sink: list[str] = []
     with captured(sink, LOGGERS, stdout=True):
+        module = module.eval()
+        if optimization is not None and optimization["kind"] == "linear_quantize_activations":
+            from mlbench.backends.coreai.recipes import quantize_torch
+
+            try:
+                module = quantize_torch(module, example_inputs, calibration or [])
+            except Exception as exc:  # noqa: BLE001
+                raise _fail("coreai-opt Quantizer (W8A8)", exc) from None
         try:
-            program = torch.export.export(module.eval(), tuple(example_inputs))
+            program = torch.export.export(module, tuple(example_inputs))
             program = program.run_decompositions(coreai_torch.get_decomp_table())
         except Exception as exc:  # noqa: BLE001 - one line per failure
             raise _fail("torch.export", exc) from None

@@ -9,6 +9,7 @@ backends. Pure Python here: `unsupported` is asked when a pipeline is validated;
 | prune | ``sparsify_weights(program, target_sparsity=)`` |
 | chain [prune, palettize] | ``sparsify_weights(program, target_sparsity=, palettize_nbits=)`` (sparse palettized weights) |
 | chain [prune, linear_quantize int8/uint8 per_channel] | ``sparsify_weights(program, target_sparsity=, quantize_dtype=)`` |
+| linear_quantize_activations (W8A8) | before conversion: ``Quantizer(module, QuantizerConfig())`` → ``prepare`` → calibration runs in ``calibration_mode()`` → ``finalize()`` (``quantize_torch``) |
 
 Every pass compresses only weights of at least ``WEIGHT_THRESHOLD`` elements: coremltools' default (2048),
 not coreai-opt's (1024), so both backends leave the same small tensors alone.
@@ -55,8 +56,9 @@ def unsupported(recipe: dict[str, Any]) -> str | None:
     if kind == "prune":
         return None
     if kind == "linear_quantize_activations":
-        return ("W8A8 (linear_quantize_activations) is calibrated on the torch model by coreai-opt's quantizer "
-                "before conversion, which this backend does not run yet")
+        if not recipe.get("weights", True):
+            return "coreai-opt's quantizer is applied here as W8A8 only (weights: false has no Core AI recipe yet)"
+        return None
     if kind == "chain":
         steps = recipe.get("steps", [])
         kinds = [step.get("kind") for step in steps]
@@ -109,6 +111,8 @@ def apply(program: Any, recipe: dict[str, Any]) -> Any:
     if why_not is not None:
         raise ValueError(why_not)
     kind = recipe["kind"]
+    if kind == "linear_quantize_activations":
+        return program  # applied to the torch module before conversion (quantize_torch)
     with serial_kmeans():
         if kind == "palettize":
             grouped = recipe.get("granularity", "per_tensor") == "per_grouped_channel"
@@ -133,3 +137,20 @@ def apply(program: Any, recipe: dict[str, Any]) -> Any:
                                     palettize_nbits=int(second["nbits"]), weight_num_threshold=WEIGHT_THRESHOLD)
         return sparsify_weights(program, target_sparsity=float(prune["target_sparsity"]),
                                 quantize_dtype=DType(second.get("dtype", "int8")), weight_num_threshold=WEIGHT_THRESHOLD)
+
+
+def quantize_torch(module: Any, example_inputs: list[Any], calibration: list[list[Any]]) -> Any:
+    """W8A8 by coreai-opt's quantizer (graph mode, int8 weights and activations, its defaults): the module
+    prepared on `example_inputs`, calibrated on each input list of `calibration`, finalized for Core AI (its
+    quantize/dequantize become Core AI custom ops the converter lowers)."""
+    import torch
+    from coreai_opt.quantization import Quantizer, QuantizerConfig
+
+    if not calibration:
+        raise ValueError("activation quantization needs calibration samples (the model's values or seeded inputs)")
+    quantizer = Quantizer(module, QuantizerConfig())
+    prepared = quantizer.prepare(tuple(example_inputs))
+    with torch.no_grad(), quantizer.calibration_mode():
+        for inputs in calibration:
+            prepared(*inputs)
+    return quantizer.finalize()

@@ -12,7 +12,7 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
     below it, then the reference runtime's time per call where it ran."""
     from mlbench.backends.coreai.analysis import render_asset_markdown, type_bits  # no Core AI import
 
-    assets: list[tuple[RunRecord, dict]] = []
+    assets: list[tuple[RunRecord, str, dict]] = []
     seen: set[str] = set()
     for record in records:
         if record.artifact is None or record.artifact.key in seen:
@@ -20,20 +20,20 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
         asset = artifacts.get(record.artifact.key, {}).get("coreai_asset")
         if asset is not None:
             seen.add(record.artifact.key)
-            assets.append((record, asset))
+            assets.append((record, record.artifact.key, asset))
     lines: list[str] = []
     if assets:
         lines += ["Core AI assets, read from each saved asset by Core AI's own summary (measured):", "",
                   "| Asset | On disk | Stored scalars | Storage types | Ops besides constants |",
                   "|---|---:|---:|---|---:|"]
-        for record, asset in assets:
+        for record, _, asset in assets:
             types = ", ".join(f"{name} ×{count:,}" for name, count in asset["storage_types"].items()
                               if (type_bits(name) or 0) <= 16 or count > 64)
             lines.append(f"| {md_code(record.artifact_id)} | {asset['package_bytes']:,} B | "
                          f"{asset['weight_bytes']:,} B | {types} | {asset['compute_ops']} |")
         lines.append("")
-        for record, asset in assets:
-            title = f"Core AI asset of {record.artifact_id} (artifact {record.artifact.key[:12]})"
+        for record, key, asset in assets:
+            title = f"Core AI asset of {record.artifact_id} (artifact {key[:12]})"
             lines += [f"<details><summary>{title}</summary>", "",
                       render_asset_markdown(asset, title=title, max_ops=12), "</details>", ""]
     for record in records:
