@@ -78,6 +78,10 @@ def test_float32_asset_is_verified_by_the_reference_runtime_within_1e_5(tiny_run
         assert record.metrics[name].reason.startswith("Core AI runs on a device only on macOS 27")
     assert len(record.details["reference_runtime"]["seconds_per_call"]) == 2
     assert record.details["reference_runtime"]["note"].endswith("not latency")
+    op_time = record.details["reference_runtime"]["op_time"]  # Core AI's Profiler, per op
+    assert op_time["source"] == "reference" and op_time["runs"] == 2
+    conv = next(row for row in op_time["by_op"] if row["op"] == "coreai.conv2d")
+    assert conv["calls_per_run"] == 3 and 0 < conv["ms_per_run"] < op_time["execute_ms_per_run"]
 
 
 def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):
@@ -160,7 +164,7 @@ def test_report_marks_reference_figures_and_explains_the_mark(tiny_run):
     assert "| ‡" in text
     assert "<details><summary>Core AI asset of tiny/coreai/float32/none" in text
     assert "| `tiny/coreai/float32/palettize4` |" in text
-    assert "not device latency" in text
+    assert "not device latency" in text and "its Profiler's top ops: `" in text and "`conv2d` " in text
 
 
 def test_an_op_without_a_lowering_fails_its_variants_naming_the_op(write_pipeline, tmp_path):

@@ -198,5 +198,6 @@ class CoreaiBackend(Backend):
         details: dict[str, Any] = {"reference_runtime": {
             "seconds_per_call": run.seconds, "output_names": run.output_names,
             "note": "time of Core AI's single-threaded CPU reference runtime on this machine: not latency",
-            **({"exit": run.exit_note} if run.exit_note else {})}}
+            **({"exit": run.exit_note} if run.exit_note else {}),
+            **({"op_time": run.op_time} if run.op_time else {})}}
         return verification, None, details

@@ -39,6 +39,7 @@ class ReferenceRun:
     output_names: list[str]
     seconds: list[float]  # each call in the reference runtime (not latency)
     exit_note: str | None = None  # how the process ended after handing its results over, when not cleanly
+    op_time: dict[str, Any] | None = None  # the runtime's Profiler intervals per op (reference-runtime time)
     log: list[str] = field(default_factory=list)
 
 
@@ -90,6 +91,20 @@ def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: 
             note = (f"the reference runtime's process {_exit_cause(done.returncode)} after handing over its results "
                     "(Core AI may abort at interpreter exit); the results stand")
         return ReferenceRun(outputs=outputs, output_names=result["output_names"], seconds=result["seconds"],
-                            exit_note=note, log=log[-20:])
+                            exit_note=note, log=log[-20:], op_time=op_time_table(result))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def op_time_table(result: dict[str, Any]) -> dict[str, Any] | None:
+    """The Profiler's per-op intervals as a table: per op, calls and milliseconds per run (the runtime's
+    timestamps are nanoseconds), and its share of the executions' time. Reference-runtime time, not latency."""
+    runs = len(result.get("execute_ticks") or [])
+    if not runs or not result.get("ops"):
+        return None
+    total = sum(result["execute_ticks"]) / runs / 1e6
+    rows = [{"op": row["op"], "calls_per_run": row["calls"] / runs, "ms_per_run": row["ticks"] / runs / 1e6,
+             "share": (row["ticks"] / runs / 1e6) / total if total > 0 else 0.0} for row in result["ops"]]
+    return {"source": "reference", "runs": runs, "unit": "ms", "execute_ms_per_run": total, "by_op": rows,
+            "note": "Core AI's Profiler in its single-threaded CPU reference runtime: where the reference runtime "
+                    "spends its time, not the device's latency"}

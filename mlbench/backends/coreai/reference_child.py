@@ -3,7 +3,8 @@
 
 It reads ``FOLDER/inputs-<i>.npz`` (i = 0, 1, …), casts each input to the dtype the function declares, runs
 the function once per file and writes ``FOLDER/outputs-<i>.npz`` (in the function's output order), then
-``FOLDER/done.json`` (output names, each call's seconds), each file renamed into place once complete. It leaves
+``FOLDER/done.json`` (output names, each call's seconds, and the runtime's own ``Profiler`` intervals of each
+``call.coreai.<op>`` summed per op over the calls), each file renamed into place once complete. It leaves
 with ``os._exit(0)`` without running C++ destructors: Core AI's runtime may abort (SIGABRT) at interpreter exit,
 and whatever happens after ``done.json`` is written, the results are already handed over.
 """
@@ -28,15 +29,44 @@ def _write_atomic(path: Path, write: Any) -> None:
     partial.replace(path)
 
 
+class OpTimes:
+    """The runtime's profiling intervals, kept per `call.coreai.<op>` (and the whole `Function Execute`)."""
+
+    PREFIX = "call."
+
+    def __init__(self) -> None:
+        self.open: dict[int, tuple[str, int]] = {}
+        self.ops: dict[str, list[int]] = {}  # op -> [calls, ticks]
+        self.execute: list[int] = []
+        self.next_id = 0
+
+    def begin(self, event: Any) -> int:
+        self.next_id += 1
+        self.open[self.next_id] = (event.event_id, event.timestamp)
+        return self.next_id
+
+    def end(self, event: Any, interval: int) -> None:
+        name, started = self.open.pop(interval, (event.event_id, event.timestamp))
+        ticks = max(0, event.timestamp - started)
+        if name == "Function Execute":
+            self.execute.append(ticks)
+        elif name.startswith(self.PREFIX + "coreai."):
+            row = self.ops.setdefault(name.removeprefix(self.PREFIX), [0, 0])
+            row[0] += 1
+            row[1] += ticks
+
+
 async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
     import numpy as np
     from coreai.authoring import AIModelAsset
-    from coreai.runtime import NDArray
+    from coreai.runtime import NDArray, Profiler
 
     samples = sorted(folder.glob("inputs-*.npz"), key=lambda p: int(p.stem.split("-")[1]))
     seconds: list[float] = []
+    times = OpTimes()
+    profiler = Profiler(on_log_event_begin=times.begin, on_log_event_end=times.end)
     async with AIModelAsset.load(asset_path).executable() as model:
-        call = model.load_function(function)
+        call = model.load_function(function, profiler=profiler)
         if call is None:
             raise SystemExit(f"the asset has no function {function!r} (it has {', '.join(model.function_names)})")
         desc = call.desc
@@ -50,7 +80,9 @@ async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
             arrays = {f"o{i}": np.asarray(outputs[name].numpy()) for i, name in enumerate(desc.output_names)}
             _write_atomic(folder / f"outputs-{index}.npz", lambda handle, arrays=arrays: np.savez(handle, **arrays))
         return {"output_names": list(desc.output_names), "input_names": list(desc.input_names),
-                "seconds": seconds}
+                "seconds": seconds, "execute_ticks": times.execute,
+                "ops": [{"op": op, "calls": calls, "ticks": ticks} for op, (calls, ticks) in
+                        sorted(times.ops.items(), key=lambda kv: -kv[1][1])]}
 
 
 def main(argv: list[str]) -> None:

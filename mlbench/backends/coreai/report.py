@@ -40,7 +40,10 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
         run = record.details.get("reference_runtime") if record.status == "ok" else None
         if run and run.get("seconds_per_call"):
             seconds = run["seconds_per_call"]
+            ops = (run.get("op_time") or {}).get("by_op", [])[:3]
+            top = ("; its Profiler's top ops: " + ", ".join(f"{md_code(row['op'].removeprefix('coreai.'))} "
+                                                             f"{100 * row['share']:.0f}%" for row in ops)) if ops else ""
             lines.append(f"Reference runtime, {md_code(record.variant_id)}: {1000 * min(seconds):.1f} ms per call at "
-                         f"best over {len(seconds)} call(s) — Core AI's single-threaded CPU reference runtime, "
+                         f"best over {len(seconds)} call(s){top} — Core AI's single-threaded CPU reference runtime, "
                          "not device latency.\n")
     return lines
