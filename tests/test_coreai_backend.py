@@ -286,3 +286,23 @@ def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_pa
     assert record.artifact.path == str(asset) and record.artifact.export_path == "existing Core AI asset"
     assert record.verify.source == "reference" and record.verify.max_rel < 1e-2
     assert record.metrics["size.package"].value == records(report)["float16/all/none"].metrics["size.package"].value
+
+
+def test_flexible_input_shapes_fail_in_one_line_not_on_the_wrong_shape(write_pipeline):
+    path = write_pipeline(f"""\
+        version: 1
+        name: flex
+        models:
+          - name: tiny
+            source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+            inputs: [{{name: image, shape: [1, 3, [32, 64], [32, 64]]}}]
+        targets:
+          - backend: coreai
+            precision: float32
+        cache: {{dir: cache}}
+        report: {{dir: out, formats: [json]}}
+        """)
+    report = run(load_pipeline(path))
+    assert {r.status for r in report.records} == {"failed"}
+    assert {r.error for r in report.records} == {
+        "export: flexible input shapes (image) are not exported to Core AI by mlbench yet; give fixed shapes"}

@@ -120,7 +120,7 @@ class CoreaiBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         self._require()
         from mlbench.backends.coreai.analysis import analyse_asset
-        from mlbench.backends.coreai.export import CoreaiExportResult, export_coreai
+        from mlbench.backends.coreai.export import CoreaiExportError, CoreaiExportResult, export_coreai
 
         precision = variant.axis("precision")
         if self.target.package is not None:
@@ -128,6 +128,10 @@ class CoreaiBackend(Backend):
             analysis = analyse_asset(path)
             return Exported(payload=(path, analysis), info=existing_artifact_info(path, "existing Core AI asset"),
                             details={"coreai_asset": analysis, "export": {"existing": str(path)}})
+        flexible = [i.name for i in model.spec.inputs if i.is_flexible]
+        if flexible:
+            raise CoreaiExportError(f"flexible input shapes ({', '.join(flexible)}) are not exported to Core AI by "
+                                    "mlbench yet; give fixed shapes")
         recipe = resolve(variant.axis("optimize"), self.config.optimizations)
         output_names = [name for name, _ in model.reference]
         calibration = (calibration_inputs(model, self.config.verify.samples)
