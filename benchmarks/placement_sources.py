@@ -512,6 +512,27 @@ def unet_split_einsum_block() -> Built:
     return Built(Model(), [torch.randn(1, c, 16, 16)], ["x"])
 
 
+@builder
+def distilbert_mask_transformers() -> Built:
+    """transformers' DistilBertModel (tiny config: width 32, 1 layer, 2 heads, seq 16; random weights)
+    with an attention-mask input, as the exporters CLI converts it: the int32 mask becomes bool, is cast
+    to float16 and gathered into shape before it masks the scores."""
+    torch, nn = _nn()
+    from transformers import DistilBertConfig, DistilBertModel
+
+    config = DistilBertConfig(dim=32, n_layers=1, n_heads=2, hidden_dim=64, vocab_size=100,
+                              max_position_embeddings=64)
+
+    class Model(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.bert = DistilBertModel(config)
+
+        def forward(self, ids, mask):
+            return self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+
+    return Built(Model(), [torch.randint(0, 100, (1, 16)), torch.ones(1, 16, dtype=torch.long)], ["ids", "mask"])
+
 # ----------------------------------------------------------------------------------------------
 # Export (cached) and estimate
 

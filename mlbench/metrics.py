@@ -2,7 +2,9 @@
 `mlbench compare` checks it by default, and how reports format it.
 
 Records, compare, the Markdown and HTML reports and history all read this one table instead of
-keeping their own lists. Per-device placement shares come from the backend registry's devices, and
+keeping their own lists. Per-device placement shares come from the backend registry's devices, two
+per device: `placement.<device>`, the share of the cost (what reports show and compare checks), and
+`placement.count.<device>`, the share of compute operations (a rule may name it); and
 families of metrics named by the pipeline (a prefix plus an id, e.g. an estimate per target chip)
 from the backends' specs: `info(name)` knows those too.
 """
@@ -13,6 +15,8 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import Literal
+
+from mlbench.records import COUNT_SHARE
 
 Better = Literal["lower", "higher"]
 
@@ -46,7 +50,7 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("latency.median", "ms", "median ms", "lower", compared=True, sampled=True),
     MetricInfo("latency.best", "ms", "best ms", "lower", compared=True, sampled=True),
     MetricInfo("load_time", "ms", "load ms", "lower", compared=True),
-    # placement.<device> shares are inserted here, in the registry's device order
+    # placement.<device> (by cost) and placement.count.<device> shares are inserted here, in the registry's device order
     MetricInfo("placement.switches", "count", "switches", "lower", compared=True),
     MetricInfo("verify.max_rel", "rel", "verify max_rel", "lower", compared=True),
     MetricInfo("verify.max_abs", "abs", "verify max_abs", "lower", compared=True),
@@ -69,7 +73,11 @@ def catalog() -> dict[str, MetricInfo]:
     """Every known metric by name, in display order."""
     from mlbench.backends.registry import devices
 
-    placement = [MetricInfo(f"placement.{d.name}", "ratio", d.short, compared=True) for d in devices().values()]
+    known = devices().values()
+    placement = [
+        *(MetricInfo(f"placement.{d.name}", "ratio", f"{d.short} share of cost", compared=True) for d in known),
+        *(MetricInfo(f"{COUNT_PREFIX}{d.name}", "ratio", f"{d.short} share of ops") for d in known),
+    ]
     ordered = [*_CORE[:3], *placement, *_CORE[3:]]
     return {m.name: m for m in ordered}
 
@@ -109,9 +117,14 @@ def compared_by_default() -> list[str]:
     return [m.name for m in catalog().values() if m.compared]
 
 
-def placement_shares() -> list[str]:
-    """`placement.<device>` names, accelerators first."""
-    return [m.name for m in catalog().values() if m.name.startswith("placement.") and m.is_fraction]
+COUNT_PREFIX = COUNT_SHARE
+
+
+def placement_shares(*, by: Literal["cost", "count"] = "cost") -> list[str]:
+    """`placement.<device>` names (shares of the cost), or with `by="count"` `placement.count.<device>`
+    (shares of compute operations), accelerators first."""
+    return [m.name for m in catalog().values() if m.name.startswith("placement.") and m.is_fraction
+            and m.name.startswith(COUNT_PREFIX) == (by == "count")]
 
 
 def headline() -> list[str]:

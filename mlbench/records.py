@@ -5,16 +5,45 @@ said so), `emulated` (mlbench's interpreter ran the saved program), `reference` 
 runtime ran the saved program on this machine's CPU: its numerics, not the device's) or `estimated`
 (mlbench's static rules or cost model; an estimate may carry its error band). A figure that could not be had is
 kept with `value: null` and the reason, never as zero.
+
+JSON holds no inf or nan: such a figure is data, not a crash. A `Metric` that is not finite is absent
+with the reason (`"inf: an output holds inf or nan where eager float32's is finite"`); a verification's
+figures are written null with the reason in its `not_finite` and read back as the same inf or nan.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import math
+import numbers
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    model_serializer,
+    model_validator,
+)
 
 Source = Literal["measured", "emulated", "reference", "estimated"]
 Status = Literal["ok", "failed", "skipped"]
+
+NOT_FINITE = "not a finite number"
+"""Why an inf or nan figure is absent, when whoever made it said no more."""
+
+
+def not_finite_reason(value: float, why: str = NOT_FINITE) -> str:
+    """`inf: why`, `-inf: why` or `nan: why`: the reason an absent figure gives for a value JSON cannot hold."""
+    kind = "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{kind}: {why}"
+
+
+def _is_not_finite(value: Any) -> bool:
+    """inf or nan, as a float or a numpy scalar (numbers.Real covers both)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, int) and not math.isfinite(value)
 
 
 class Band(BaseModel):
@@ -44,6 +73,15 @@ class Metric(BaseModel):
                                     description="For an estimate of what this machine also measured: the "
                                     "measured metric's name (reports show their ratio).")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _not_finite_is_absent(cls, data: Any) -> Any:
+        """inf or nan is no figure: absent, with the kind of value and the reason given (or NOT_FINITE)."""
+        if isinstance(data, dict) and _is_not_finite(data.get("value")):
+            why = data.get("reason") or NOT_FINITE
+            data = {**data, "value": None, "source": None, "reason": not_finite_reason(data["value"], why)}
+        return data
+
     @model_validator(mode="after")
     def _value_or_reason(self) -> Metric:
         if self.value is None and (self.source is not None or not self.reason):
@@ -68,6 +106,54 @@ class Metric(BaseModel):
     def absent(cls, unit: str, reason: str) -> Metric:
         return cls(value=None, unit=unit, source=None, reason=reason)
 
+    @classmethod
+    def figure(cls, value: float, unit: str, source: Source, *, why_not_finite: str) -> Metric:
+        """`value` from `source`; absent with `why_not_finite` when it is inf or nan."""
+        if _is_not_finite(value):
+            return cls.absent(unit, not_finite_reason(value, why_not_finite))
+        return cls(value=value, unit=unit, source=source)
+
+
+Figure = Annotated[float, WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "null"}]}, mode="serialization")]
+"""A float that may be inf or nan: null in JSON, its reason in the model's `not_finite`."""
+
+
+class NotFiniteAsAbsent(BaseModel):
+    """Writes each inf or nan float field as null with `not_finite[field] = "inf: why"`, and reads such a
+    null back as the inf or nan it was, so a record round-trips through JSON unchanged."""
+
+    def _why_not_finite(self) -> str:
+        return NOT_FINITE
+
+    @model_serializer(mode="wrap")
+    def _write_not_finite(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo):  # no return
+        # annotation: pydantic keeps the model's own schema (with `-> Any` the schema would say nothing)
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        reasons = dict(data.get("not_finite") or {})
+        for name, value in data.items():
+            if _is_not_finite(value):
+                data[name] = None
+                reasons.setdefault(name, not_finite_reason(value, self._why_not_finite()))
+        if reasons:
+            data["not_finite"] = reasons
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_not_finite(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not data.get("not_finite"):
+            return data
+        data = dict(data)
+        for name, reason in data["not_finite"].items():
+            if data.get(name) is None and isinstance(reason, str):
+                try:
+                    data[name] = float(reason.split(":", 1)[0])
+                except ValueError:
+                    pass  # not a kind of value: the field's own validation says what is wrong
+        return data
+
 
 class Latency(BaseModel):
     """Timing of repeated calls: summary statistics beside the raw samples they came from."""
@@ -91,26 +177,44 @@ class Latency(BaseModel):
     )
 
 
-class OutputError(BaseModel):
+def _not_finite_field() -> Any:
+    return Field(default_factory=dict, exclude_if=lambda v: not v,
+                 description="The figures that were inf or nan (null here), each with the reason.")
+
+
+OUTPUT_NOT_FINITE = "an output holds inf or nan where eager float32's is finite"
+
+
+class OutputError(NotFiniteAsAbsent):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    max_abs: float
-    max_rel: float = Field(description="max |backend - reference| / max(max |reference|, 1).")
+    max_abs: Figure
+    max_rel: Figure = Field(description="max |backend - reference| / max(max |reference|, 1).")
     shape: list[int]
+    not_finite: dict[str, str] = _not_finite_field()
+
+    def _why_not_finite(self) -> str:
+        return OUTPUT_NOT_FINITE
 
 
-class Verification(BaseModel):
+class Verification(NotFiniteAsAbsent):
     """How far a variant's outputs are from the eager float32 reference, over every output."""
 
     model_config = ConfigDict(extra="forbid")
 
     source: Source = "measured"
     reference: str = Field(description="What the outputs were compared with.")
-    max_abs: float
-    max_rel: float
+    max_abs: Figure
+    max_rel: Figure
     tolerance: float = Field(description="Limit on max_rel for this precision, from the pipeline.")
+    min_snr_db: float | None = Field(
+        default=None, description="Least SNR in dB each output with any signal needed (verify.min_snr_db for this "
+        "precision or recipe); null in records written before the SNR was judged.")
     passed: bool
+    failures: list[str] = Field(
+        default_factory=list, description="Why it failed, one line per check it broke (max_rel over the tolerance, "
+        "an output's SNR under the floor, a class decision moved); empty when it passed.")
     outputs: list[OutputError]
     note: str | None = Field(default=None, description="Why the comparison may say little, e.g. outputs all ≈ 0.")
     samples: int = Field(default=1, description="Seeded input sets compared; max_abs/max_rel are the worst of them.")
@@ -122,6 +226,25 @@ class Verification(BaseModel):
         "of rows whose arg-max matches eager's, the worst such output over every sample.")
     method: str | None = Field(default=None, description="How the outputs were had, in plain words (e.g. the "
                                "interpreter's precision rule for emulated verification).")
+    overflow: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Where values passed "
+                                 "float16's range (65504): the output that does in eager float32, and the op "
+                                 "where it first happens in the emulated program, when known.")
+    not_finite: dict[str, str] = _not_finite_field()
+
+    @property
+    def why_not_finite(self) -> str:
+        """Why a figure of this verification is inf or nan: the overflow when one was found."""
+        if math.isfinite(self.max_abs):
+            return NOT_FINITE
+        return self.overflow or OUTPUT_NOT_FINITE
+
+    def _why_not_finite(self) -> str:
+        return self.why_not_finite
+
+    def why_failed(self) -> str:
+        """The failures in one line, saying where the figures came from when they were not measured."""
+        text = "; ".join(self.failures) or f"max_rel {self.max_rel:.3g} exceeds the tolerance {self.tolerance:.3g}"
+        return text if self.source == "measured" else f"{text} ({self.source})"
 
 
 Device = str
@@ -196,6 +319,10 @@ class ArtifactInfo(BaseModel):
     export_path: str | None = Field(default=None, description="Which exporter made it.")
 
 
+COUNT_SHARE = "placement.count."
+"""Prefix of a placement share by operation count (`placement.<device>` is the share by cost)."""
+
+
 class RunRecord(BaseModel):
     """One variant's outcome. `failed` and `skipped` records keep their message."""
 
@@ -218,6 +345,23 @@ class RunRecord(BaseModel):
     )
     started: str = Field(description="ISO-8601 UTC time the variant started.")
     seconds: float = Field(description="Wall time spent on this variant.")
+
+    @model_validator(mode="after")
+    def _placement_shares_by_cost(self) -> RunRecord:
+        """Records written before the placement shares went by cost carry `placement.<device>` as the share
+        of operations and no `placement.count.<device>`: read as such, so that compare never weighs an
+        operation count against a cost."""
+        shares = [name for name, m in self.metrics.items() if name.startswith("placement.") and m.unit == "ratio"]
+        if self.placement is None or not shares or any(n.startswith(COUNT_SHARE) for n in shares):
+            return self
+        by_cost = self.placement.by_cost
+        for name in shares:
+            device = name.removeprefix("placement.")
+            self.metrics[COUNT_SHARE + device] = self.metrics[name]
+            self.metrics[name] = (Metric(value=by_cost.get(device, 0.0), unit="ratio", source=self.placement.source)
+                                  if by_cost else Metric.absent("ratio", "this record's placement gave no cost per "
+                                                                f"operation; {COUNT_SHARE}{device} is the share by count"))
+        return self
 
 
 class PipelineInfo(BaseModel):

@@ -52,7 +52,8 @@ def test_builtin_backends_register_through_entry_points():
     assert list(devices()) == ["neural_engine", "gpu", "cpu"]
     assert default_rules() == ["latency.median:+10%", "placement.neural_engine:-5pp", "status:failed"]
     assert [m for m in catalog() if m.startswith("placement.")] == [
-        "placement.neural_engine", "placement.gpu", "placement.cpu", "placement.switches"]
+        "placement.neural_engine", "placement.gpu", "placement.cpu", "placement.count.neural_engine",
+        "placement.count.gpu", "placement.count.cpu", "placement.switches"]
 
 
 @pytest.mark.torch  # the run builds the TinyCNN torch model (validate and schema alone would not need it)
@@ -77,11 +78,12 @@ def test_a_backend_from_outside_runs_a_pipeline(tmp_path):
     assert [r["variant_id"] for r in toy] == ["tiny_cnn/toy/1/fast", "tiny_cnn/toy/1/steady",
                                                "tiny_cnn/toy/2/fast", "tiny_cnn/toy/2/steady"]
     assert [r["status"] for r in toy] == ["ok", "ok", "failed", "failed"]  # gain 2 doubles the outputs
-    assert toy[0]["metrics"]["placement.toy_accel"]["value"] == 1.0
+    assert toy[0]["metrics"]["placement.toy_accel"]["value"] == 1.0  # its share of the cost
+    assert toy[0]["metrics"]["placement.count.toy_accel"]["value"] == 1.0  # and of the operations
     assert toy[0]["metrics"]["latency.median"]["source"] == "measured"
 
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| TOY / ANE / GPU / CPU % |" in markdown  # its device leads, by its rank
+    assert "| TOY / ANE / GPU / CPU % of cost |" in markdown  # its device leads, by its rank
     assert "Toy section: 4 toy records." in markdown
     assert "Toy accelerator" in (tmp_path / "out" / "report.html").read_text()
 

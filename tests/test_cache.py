@@ -394,28 +394,30 @@ def test_prune_evicts_least_recently_used(tmp_path: Path) -> None:
     assert cache.total_bytes() == 100
 
     assert [e.key for e in cache.prune(0)] == [keys["a"]]
-    assert list(tmp_path.iterdir()) == [tmp_path / "tmp"]
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "CACHEDIR.TAG", tmp_path / "tmp"]
     assert tmp_leftovers(tmp_path) == []
 
 
 def test_prune_and_clear_remove_stale_tmp_only(tmp_path: Path) -> None:
     cache = ArtifactCache(tmp_path)
+    cache.claim()
     tmp = tmp_path / "tmp"
-    stale, fresh = tmp / "build-dead-1", tmp / "build-alive-2"
+    # builds of another machine (judged by age alone), as mlbench names them
+    stale, fresh = tmp / "build-0123456789ab-00000000.1-dead", tmp / "build-0123456789ab-00000000.2-alive"
     for d in (stale, fresh):
         (d / "model.mlpackage").mkdir(parents=True)
         (d / "model.mlpackage" / "w.bin").write_bytes(b"w")
     two_hours_ago = time.time() - 7200
     for p in (stale / "model.mlpackage" / "w.bin", stale / "model.mlpackage", stale):
         os.utime(p, (two_hours_ago, two_hours_ago))
-    (tmp / "trash-0123").mkdir()  # an eviction cut short: removable at any age
+    (tmp / f"trash-{'0' * 32}").mkdir()  # an eviction cut short: removable at any age
 
     assert cache.prune(10**9) == []
-    assert tmp_leftovers(tmp_path) == ["build-alive-2"]
+    assert tmp_leftovers(tmp_path) == [fresh.name]
 
     os.utime(fresh, (two_hours_ago, two_hours_ago))  # inner file is still fresh: a live build
     assert cache.clear() == 0
-    assert tmp_leftovers(tmp_path) == ["build-alive-2"]
+    assert tmp_leftovers(tmp_path) == [fresh.name]
 
 
 def test_clear(tmp_path: Path) -> None:

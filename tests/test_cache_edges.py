@@ -116,7 +116,7 @@ def test_non_ascii_facts_are_written_and_read_back_as_utf8_under_an_ascii_locale
             (tmp / "model.onnx").write_bytes(b"x")
             return BuildResult("model.onnx", {{"label": "r\\u00e9sum\\u00e9/float16"}})
 
-        cache, key = ArtifactCache(Path({str(tmp_path)!r})), artifact_key({{"n": 1}})
+        cache, key = ArtifactCache(Path({str(tmp_path / "there")!r})), artifact_key({{"n": 1}})
         cache.get_or_build(key, {{"n": 1}}, build)
         entry = cache.lookup(key)
         print(locale.getpreferredencoding(False), entry is not None and entry.meta["label"] == "r\\u00e9sum\\u00e9/float16")
@@ -221,35 +221,42 @@ def test_five_matches_are_all_shown_and_a_sixth_adds_an_ellipsis(tmp_path, monke
 # -- leftovers of dead processes -----------------------------------------------------------------
 
 
+def other_build(name: str) -> str:
+    """A build folder's name as mlbench gives it, of a process on another machine (judged by age alone)."""
+    return f"build-0123456789ab-00000000.1-{name}"
+
+
 def test_a_build_folder_is_stale_only_after_an_hour_without_a_write_anywhere_inside(tmp_path, monkeypatch):
     cache = ArtifactCache(tmp_path)
+    cache.claim()
     tmp = tmp_path / "tmp"
-    (tmp / "build-old" / "model.mlpackage").mkdir(parents=True)
-    (tmp / "build-old" / "model.mlpackage" / "weight.bin").write_bytes(b"w")
-    (tmp / "build-busy" / "model.mlpackage").mkdir(parents=True)
-    (tmp / "build-busy" / "model.mlpackage" / "weight.bin").write_bytes(b"w")
-    (tmp / "build-edge").mkdir()
-    (tmp / "stale-file").write_bytes(b"f")
+    old, busy, edge = (tmp / other_build(n) for n in ("old", "busy", "edge"))
+    (old / "model.mlpackage").mkdir(parents=True)
+    (old / "model.mlpackage" / "weight.bin").write_bytes(b"w")
+    (busy / "model.mlpackage").mkdir(parents=True)
+    (busy / "model.mlpackage" / "weight.bin").write_bytes(b"w")
+    edge.mkdir()
+    (tmp / other_build("file")).write_bytes(b"f")
     now = 1_000_000_000.0
-    for path in [tmp / "build-old", *(tmp / "build-old").rglob("*"), tmp / "build-busy",
-                 tmp / "build-busy" / "model.mlpackage", tmp / "stale-file"]:
+    for path in [old, *old.rglob("*"), busy, busy / "model.mlpackage", tmp / other_build("file")]:
         os.utime(path, (now - STALE_TMP_SECONDS - 1, now - STALE_TMP_SECONDS - 1))
-    os.utime(tmp / "build-busy" / "model.mlpackage" / "weight.bin", (now - 10, now - 10))  # still being written
-    os.utime(tmp / "build-edge", (now - STALE_TMP_SECONDS, now - STALE_TMP_SECONDS))       # exactly an hour
+    os.utime(busy / "model.mlpackage" / "weight.bin", (now - 10, now - 10))  # still being written
+    os.utime(edge, (now - STALE_TMP_SECONDS, now - STALE_TMP_SECONDS))       # exactly an hour
     monkeypatch.setattr(cache_module.time, "time", lambda: now)
     cache.prune(10**12)
-    assert sorted(p.name for p in tmp.iterdir()) == ["build-busy", "build-edge"]
+    assert sorted(p.name for p in tmp.iterdir()) == [busy.name, edge.name]
 
 
 def test_a_stale_link_in_tmp_is_removed_without_touching_what_it_points_to(tmp_path, monkeypatch):
     cache = ArtifactCache(tmp_path / "cache")
+    cache.claim()
     target = tmp_path / "elsewhere"
     target.mkdir()
     (target / "keep.txt").write_text("keep")
     for path in (target / "keep.txt", target):
         os.utime(path, (1.0, 1.0))
     (tmp_path / "cache" / "tmp").mkdir(parents=True)
-    link = tmp_path / "cache" / "tmp" / "build-link"
+    link = tmp_path / "cache" / "tmp" / other_build("link")
     link.symlink_to(target, target_is_directory=True)
     os.utime(link, (1.0, 1.0), follow_symlinks=False)
     cache.clear()
@@ -258,7 +265,8 @@ def test_a_stale_link_in_tmp_is_removed_without_touching_what_it_points_to(tmp_p
 
 def test_a_tmp_entry_that_vanishes_while_cleaning_does_not_stop_the_rest(tmp_path, monkeypatch):
     cache = ArtifactCache(tmp_path)
-    for name in ("build-1", "build-2", "build-3"):
+    cache.claim()
+    for name in map(other_build, ("1", "2", "3")):
         (tmp_path / "tmp" / name).mkdir(parents=True)
         os.utime(tmp_path / "tmp" / name, (1.0, 1.0))
     real, seen = cache_module.tree_mtime, []
@@ -440,14 +448,18 @@ def test_an_entry_that_cannot_be_moved_aside_is_deleted_in_place(tmp_path, monke
 
     monkeypatch.setattr(cache_module.os, "rename", rename)
     assert cache.lookup(entry.key) is None and not entry.path.exists()
-    monkeypatch.setattr(cache_module.shutil, "rmtree", FailingRmtree())  # moving and deleting both fail:
-    assert cache.lookup(stuck.key) is None                              # the lookup still answers, a miss
+    monkeypatch.setattr(cache_module.shutil, "rmtree", FailingRmtree())  # moving and deleting both fail: one line,
+    with pytest.raises(UserError) as info:                               # not a rebuild that cannot be published
+        cache.lookup(stuck.key)
+    assert str(info.value) == (f"{stuck.path}: cache entry {stuck.key[:12]} is corrupt (meta.json is not valid JSON) "
+                               "and cannot be removed: fix its permissions or delete it")
 
 
 def test_a_stale_file_that_vanishes_before_it_is_deleted_is_no_error(tmp_path, monkeypatch):
     cache = ArtifactCache(tmp_path)
+    cache.claim()
     (tmp_path / "tmp").mkdir()
-    (tmp_path / "tmp" / "leftover").write_bytes(b"x")
+    (tmp_path / "tmp" / other_build("leftover")).write_bytes(b"x")
 
     def gone_after_looking(path: Path) -> float:
         path.unlink()  # another process cleans it up between the look and the delete

@@ -180,7 +180,7 @@ def test_clear_removes_the_state_with_the_last_entry(tmp_path: Path) -> None:
     cache.get_or_build(key_for(1), INPUTS, build_package)
     assert (tmp_path / STATE_NAME).exists()
     assert cache.clear() == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["tmp"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CACHEDIR.TAG", "tmp"]
 
 
 def _lookup_worker(root: str, keys: list[str], rounds: int, barrier: Any, results: Any) -> None:

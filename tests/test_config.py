@@ -183,3 +183,20 @@ def test_yaml11_booleans_are_refused_where_text_or_a_switch_is_expected(write_pi
     config = load_pipeline(path).config
     assert config.name == "on"
     assert config.models[0].kwargs["flags"] == [[True], {"a": True}]  # a factory's own arguments: passed as read
+
+
+def test_snr_floors_per_precision_and_recipe(write_pipeline):
+    verify = load_pipeline(write_pipeline(ISSUE_EXAMPLE)).config.verify
+    assert verify.min_snr_db == {"float32": 60.0, "float16": 30.0, "bfloat16": 20.0}  # mlbench's defaults
+    assert (verify.min_snr_db_for("float32"), verify.min_snr_db_for("float16", "none")) == (60.0, 30.0)
+    assert verify.min_snr_db_for("float16", "palettize4") == 10.0  # a recipe without an entry of its own
+    assert verify.min_snr_db_for("int8") == 30.0  # a precision mlbench has no floor for: float16's
+    path = write_pipeline(ISSUE_EXAMPLE.replace("verify: {tolerance: {float32: 1.0e-4, float16: 1.0e-2}}",
+                                                "verify: {min_snr_db: {float16: 8, palettize4: 20, bfloat16: 25}}"))
+    verify = load_pipeline(path).config.verify
+    assert verify.min_snr_db_for("float16", "palettize4") == 20.0  # the recipe's own entry wins
+    assert verify.min_snr_db_for("float16", "w8a8") == 8.0  # the precision's floor is lower than a recipe's
+    assert (verify.min_snr_db_for("float32"), verify.min_snr_db_for("bfloat16")) == (60.0, 25.0)
+    bad = write_pipeline(ISSUE_EXAMPLE.replace("verify: {tolerance: {float32: 1.0e-4, float16: 1.0e-2}}",
+                                               "verify: {min_snr_db: {float16: .inf}}"))
+    assert error_lines(bad) == [f"{bad}:18:32: verify.min_snr_db.float16: Input should be a finite number, got inf"]

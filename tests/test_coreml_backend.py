@@ -213,3 +213,24 @@ def test_cache_commands(write_pipeline, tmp_path, capsys):
     assert capsys.readouterr().out == f"removed 0 entries from {cache_dir}\n"
     assert main(["cache", "prune", "--max-size", "lots", "--dir", cache_dir]) == 2
     assert capsys.readouterr().err == "invalid size 'lots': use e.g. 500MB, 5GB\n"
+
+
+def test_an_analysis_stored_by_an_older_mlbench_is_made_again(write_pipeline, tmp_path):
+    """Packages cached before placement v2.1 carry an analysis that called a float32 model with a mask
+    "mixed": a cache hit reads the package again rather than trust an analysis of another version."""
+    path = write_pipeline(PIPELINE.replace("precision: [float32, float16]", "precision: float32").replace(
+        "compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]", "compute_units: cpu_and_ne"))
+    assert main(["run", "-q", str(path)]) == 0
+    (entry,) = ArtifactCache(tmp_path / "cache").entries()
+    meta_path = entry.path / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    assert meta["analysis"]["analysis_version"] == 2 and meta["analysis"]["precision"] == "FLOAT32"
+    del meta["analysis"]["analysis_version"]
+    meta["analysis"]["precision"] = "MIXED"  # what the older analysis said of such a model
+    meta_path.write_text(json.dumps(meta))
+
+    report = run(load_pipeline(path))
+    (record,) = coreml_records(report)
+    assert record.artifact.cache_hit
+    assert report.artifacts[record.artifact.key]["program"]["precision"] == "FLOAT32"
+    assert record.placement.by_count == {"cpu": 1.0}

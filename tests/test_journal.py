@@ -21,7 +21,7 @@ def record(variant_id: str, status: str = "ok", seconds: float = 1.0) -> RunReco
                      artifact_id=variant_id, status=status, started="2026-01-01T00:00:00+00:00", seconds=seconds)
 
 
-HEADER = {"run_id": "r1", "pipeline_sha256": "ab" * 32}
+HEADER = {"run_id": "r1", "created": "2026-01-01T00:00:00+00:00", "pipeline_sha256": "ab" * 32}
 
 
 @pytest.fixture
@@ -35,17 +35,17 @@ def test_each_entry_is_one_compact_json_line(journal):
     journal.artifact("k1", {"label": "a/torch"})
     journal.resumed({"reused": 1})
     lines = journal.path.read_text(encoding="utf-8").split("\n")
-    assert lines[0] == '{"run":{"run_id":"r1","pipeline_sha256":"' + "ab" * 32 + '"}}'
+    assert lines[0] == '{"run":{"run_id":"r1","created":"2026-01-01T00:00:00+00:00","pipeline_sha256":"' + "ab" * 32 + '"}}'
     assert json.loads(lines[1]) == {"record": json.loads(record("a/torch/cpu").model_dump_json()), "fingerprint": None}
     assert lines[1].startswith('{"record":{"variant_id":"a/torch/cpu","model":"a",')
     assert lines[2:] == ['{"artifact":{"key":"k1","details":{"label":"a/torch"}}}', '{"resumed":{"reused":1}}', ""]
 
 
 def test_start_replaces_an_old_journal(journal):
-    journal.start({"run_id": "old"})
+    journal.start({"run_id": "old", "created": "t0"})
     journal.record(record("a/torch/cpu"))
-    journal.start({"run_id": "new"})
-    assert journal.path.read_text(encoding="utf-8") == '{"run":{"run_id":"new"}}\n'
+    journal.start({"run_id": "new", "created": "t1"})
+    assert journal.path.read_text(encoding="utf-8") == '{"run":{"run_id":"new","created":"t1"}}\n'
     assert journal.load().records == {}
 
 
@@ -83,11 +83,11 @@ def test_a_variant_started_and_never_recorded_is_unfinished_with_its_fingerprint
 
 
 def test_a_resume_under_a_changed_pipeline_moves_the_headers_sha(journal):
-    journal.start({"run_id": "r", "pipeline_sha256": "old"})
+    journal.start({"run_id": "r", "created": "t0", "pipeline_sha256": "old"})
     journal.resumed({"at": "t1", "pipeline_sha256": ""})
-    assert journal.load().header == {"run_id": "r", "pipeline_sha256": "old"}
+    assert journal.load().header == {"run_id": "r", "created": "t0", "pipeline_sha256": "old"}
     journal.resumed({"at": "t2", "pipeline_sha256": "new"})
-    assert journal.load().header == {"run_id": "r", "pipeline_sha256": "new"}
+    assert journal.load().header == {"run_id": "r", "created": "t0", "pipeline_sha256": "new"}
 
 
 def test_a_line_cut_short_by_a_crash_is_skipped_and_counted(journal):
@@ -133,9 +133,9 @@ def test_every_skipped_line_is_counted(journal):
 def test_lines_before_the_header_are_skipped(journal):
     journal.path.parent.mkdir(parents=True)
     journal.path.write_text('{"record": {}}\n{"artifact": {"key": "k", "details": {}}}\n{"resumed": {}}\n'
-                            '{"run": {"run_id": "r"}}\n', encoding="utf-8")
+                            '{"run": {"run_id": "r", "created": "t"}}\n', encoding="utf-8")
     contents = journal.load()
-    assert contents.header == {"run_id": "r"} and contents.skipped_lines == 2 and contents.artifacts == {}
+    assert contents.header == {"run_id": "r", "created": "t"} and contents.skipped_lines == 2 and contents.artifacts == {}
 
 
 def test_no_journal_or_no_header_is_a_one_line_error(journal):

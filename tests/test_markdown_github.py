@@ -70,6 +70,7 @@ class Tables(HTMLParser):
 def _placement(ne: float, source: str = "estimated") -> Placement:
     return Placement(source=source, method="mlbench rules", compute_ops=10, constants=2,
                      by_count={"neural_engine": ne, "cpu": 1 - ne}, switches=2, note=None,
+                     by_cost={"neural_engine": 0.99, "cpu": 0.01} if ne else {"cpu": 1.0}, cost_basis="roofline",
                      ops=[OpPlacement(name="conv", op_type="conv", device="neural_engine")])
 
 
@@ -100,8 +101,10 @@ def test_a_pull_request_comment_table_fits_and_renders_without_strikethrough():
     assert len(main["head"]) <= 8
     assert main["head"] == ["Variant", "Status", "Median ms", "vs eager", "Verify max_rel",
                             main["head"][5], "Size", "Note"]
-    assert main["head"][5].endswith(" %") and "ANE" in main["head"][5]
-    assert folded["head"] == ["Variant", "Best ms", "p90 ms", "Switches", "Export"]
+    assert main["head"][5] == "ANE / GPU / CPU % of cost"  # the shares by cost, and the header says so
+    assert folded["head"] == ["Variant", "Best ms", "p90 ms", "ANE / GPU / CPU % of ops", "Switches", "Export"]
+    assert f"| {ESTIMATE_MARK}99 / 0 / 1 |" in text and f"| {ESTIMATE_MARK}95 / 0 / 5 |" in text
+    assert "_% of cost_: each device's share of the work" in text
     for table in (main, folded):
         assert set(table["rows"]) == {len(table["head"])} and len(table["rows"]) == 5  # header + 4 variants
     assert text.count(MACOS_ONLY) == 1  # two rows share it: a footnote

@@ -59,6 +59,24 @@ def test_inspect_checks_the_size_before_reading(tmp_path, capsys):
                                            "can be read\n")
 
 
+def test_inspect_refuses_a_deep_manifest_a_nul_and_an_overlong_name_in_one_line(tmp_path, capsys):
+    """Each was a traceback: RecursionError, ValueError: embedded null byte, OSError: File name too long."""
+    deep = tmp_path / "deep.mlpackage"
+    (deep / "Data").mkdir(parents=True)
+    (deep / "Manifest.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert inspect_error(deep, capsys) == f"{deep}: corrupt Core ML package: Manifest.json is nested too deeply to read\n"
+    nul = package(tmp_path / "nul", "com.apple.CoreML/model\0.mlmodel")
+    assert inspect_error(nul, capsys) == (f"{nul}: corrupt Core ML package: Manifest.json's model spec path holds a NUL "
+                                          "character; refused\n")
+    long_spec = package(tmp_path / "long", "com.apple.CoreML/" + "m" * 300 + ".mlmodel")
+    (long_spec / "Data" / "com.apple.CoreML").mkdir()
+    assert inspect_error(long_spec, capsys) == (f"{long_spec}: corrupt Core ML package: cannot look up the model spec: "
+                                                "file name too long\n")
+    for suffix in (".mlmodel", ".mlpackage"):
+        long_name = tmp_path / ("x" * 300 + suffix)
+        assert inspect_error(long_name, capsys) == f"{long_name}: cannot read: file name too long\n"
+
+
 def test_one_run_per_report_folder(tmp_path):
     with ReportLock(tmp_path / "out"), pytest.raises(UserError) as info, ReportLock(tmp_path / "out"):
         pass

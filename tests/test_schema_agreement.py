@@ -159,3 +159,19 @@ def test_an_axis_in_the_schema_is_one_value_or_a_list_without_repeats():
     single, listed = device["anyOf"]
     assert single == {"enum": ["cpu", "cuda", "mps"], "type": "string"}
     assert listed == {"type": "array", "items": single, "minItems": 1, "uniqueItems": True}
+
+
+def test_an_entry_without_a_backend_gets_one_schema_error_naming_it(tmp_path):
+    """Each branch's `if` requires the tag: without it, a validator would take every branch's `then` and
+    show four complaints (the missing tag plus each backend's own) for one missing key."""
+    case = Case("no_backend", "targets:\n  - {precision: [float32]}\ninclude:\n  - {model: resnet18}\n", [], None)
+    path = _write(tmp_path, case)
+    assert [(e["path"], e["message"]) for e in schema_verdict([path])[path]] == [
+        ("$.targets[0]", "'backend' is a required property"), ("$.include[0]", "'backend' is a required property")]
+    assert mlbench_verdict(path) == ["targets[0]: missing required key 'backend'",
+                                     "include[0]: missing required key 'backend'"]
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    for section in ("targets", "include"):
+        items = schema["properties"][section]["items"]
+        assert items["required"] == ["backend"]
+        assert all(branch["if"]["required"] == ["backend"] for branch in items["allOf"])

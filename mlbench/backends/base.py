@@ -136,10 +136,11 @@ def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None 
     if load_ms is not None:
         metrics["load_time"] = Metric.measured(load_ms, "ms")
     if verify is not None:
-        metrics["verify.max_abs"] = Metric(value=verify.max_abs, unit="abs", source=verify.source)
-        metrics["verify.max_rel"] = Metric(value=verify.max_rel, unit="rel", source=verify.source)
+        why = verify.why_not_finite  # an overflow makes these inf: absent, saying so
+        metrics["verify.max_abs"] = Metric.figure(verify.max_abs, "abs", verify.source, why_not_finite=why)
+        metrics["verify.max_rel"] = Metric.figure(verify.max_rel, "rel", verify.source, why_not_finite=why)
         if verify.snr_db is not None:
-            metrics["verify.snr_db"] = Metric(value=verify.snr_db, unit="dB", source=verify.source)
+            metrics["verify.snr_db"] = Metric.figure(verify.snr_db, "dB", verify.source, why_not_finite=why)
         if verify.top1_agreement is not None:
             metrics["verify.top1_agreement"] = Metric(value=verify.top1_agreement, unit="ratio", source=verify.source)
     return metrics
@@ -154,10 +155,20 @@ def existing_artifact_info(path: Path, export_path: str) -> ArtifactInfo:
 
 
 def placement_metrics(placement: Placement) -> dict[str, Metric]:
-    """`placement.<device>` (share of compute ops; 0 for the usual devices it did not use) and
-    `placement.switches`, with the placement's own source, for compare rules."""
-    devices = dict.fromkeys(["neural_engine", "gpu", "cpu", *placement.by_count])
-    metrics = {f"placement.{device}": Metric(value=placement.by_count.get(device, 0.0), unit="ratio",
-                                             source=placement.source) for device in devices}
+    """`placement.<device>` (share of the cost: what a device's work weighs; absent, with the reason, where
+    nothing says what each operation costs), `placement.count.<device>` (share of compute operations; 0 for
+    the usual devices it did not use) and `placement.switches`, with the placement's own source, for
+    reports and compare rules."""
+    devices = dict.fromkeys(["neural_engine", "gpu", "cpu", *placement.by_count, *(placement.by_cost or {})])
+    metrics = {}
+    for device in devices:
+        metrics[f"placement.{device}"] = (
+            Metric(value=placement.by_cost.get(device, 0.0), unit="ratio", source=placement.source)
+            if placement.by_cost else
+            Metric.absent("ratio", f"{placement.method} gave no cost per operation; placement.count.{device} "
+                          "is the share by operation count"))
+    for device in devices:
+        metrics[f"placement.count.{device}"] = Metric(value=placement.by_count.get(device, 0.0), unit="ratio",
+                                                      source=placement.source)
     metrics["placement.switches"] = Metric(value=placement.switches, unit="count", source=placement.source)
     return metrics

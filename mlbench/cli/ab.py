@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from mlbench.errors import UserError
+from mlbench.report.text import json_text, printable
 
 
 def _git(cwd: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -93,7 +94,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
     def report(variant_id: str, outcome: str) -> None:
         if not args.quiet:
-            print(f"ab: {variant_id}: {outcome}", file=sys.stderr, flush=True)
+            print(printable(f"ab: {variant_id}: {outcome}"), file=sys.stderr, flush=True)
 
     def compare_with(base: Pipeline, base_label: str, base_commit: str | None) -> int:
         try:
@@ -104,7 +105,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
             print("interrupted: nothing was compared", file=sys.stderr)
             return 130
         if args.format == "json":
-            print(comparison.model_dump_json(indent=2))
+            print(json_text(comparison.model_dump_json(indent=2)))
         else:
             from mlbench.report.compare_markdown import render_comparison_markdown
 

@@ -39,11 +39,15 @@ def pipeline_of(args: argparse.Namespace):
     return load_pipeline(args.pipeline)
 
 
+TOO_DEEP = "not an mlbench report: its JSON is nested too deeply to read"
+
+
 def _read_report(path: Path) -> RunReport:
     import json
 
     from pydantic import ValidationError
 
+    from mlbench.compare.report_check import check_report
     from mlbench.config.load import format_where
     from mlbench.records import RunReport
 
@@ -59,12 +63,18 @@ def _read_report(path: Path) -> RunReport:
     except json.JSONDecodeError as exc:
         raise UserError(f"not an mlbench report: invalid JSON at line {exc.lineno} column {exc.colno}",
                         file=path) from None
+    except RecursionError:
+        raise UserError(TOO_DEEP, file=path) from None
     try:
-        return RunReport.model_validate(data)
+        report = RunReport.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = format_where(tuple(first["loc"])) or "top level"
         raise UserError(f"not an mlbench report: {where}: {first['msg']}", file=path) from None
+    except RecursionError:
+        raise UserError(TOO_DEEP, file=path) from None
+    check_report(report, path)
+    return report
 
 
 def _is_reference(text: str) -> bool:
@@ -92,9 +102,11 @@ class _Operand:
         self.report = _read_report(self.path)
 
     def load_reference(self, db: Path, pipeline_name: str | None, exclude: tuple[str, ...]) -> RunReport:
+        from mlbench.compare.report_check import check_report
         from mlbench.store.history import resolve
 
         report, row = resolve(db, self.text, pipeline=pipeline_name, exclude=exclude)
+        check_report(report, db, run=report.run_id)
         self.report = report
         self.commit = row.git_commit
         self.text = f"{self.text} (history {db})"
@@ -154,7 +166,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     comparison = compare(base_report, head_report, rules, alpha=args.alpha, base_label=base.text,
                          head_label=head.text, base_commit=base.commit, head_commit=head.commit)
     if args.format == "json":
-        print(comparison.model_dump_json(indent=2))
+        from mlbench.report.text import json_text
+
+        print(json_text(comparison.model_dump_json(indent=2)))
     else:
         from mlbench.report.compare_markdown import render_comparison_markdown
 

@@ -22,6 +22,9 @@ def sparkline(values: list[float]) -> str:
 
 
 def _table(rows: list[list[str]], right: Collection[int] = frozenset()) -> list[str]:
+    from mlbench.report.text import printable
+
+    rows = [[printable(c) for c in r] for r in rows]  # names from the history never drive the terminal
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))).rstrip()
             for r in rows]

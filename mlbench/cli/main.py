@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -16,7 +17,9 @@ from mlbench.errors import UserError
 
 
 def _err(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    from mlbench.report.text import printable
+
+    print(printable(text), file=sys.stderr, flush=True)  # what a file or a model said never drives the terminal
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -98,17 +101,20 @@ def cmd_schema(args: argparse.Namespace) -> int:
 def _cache(args: argparse.Namespace):
     from mlbench.store.cache import ArtifactCache, default_cache_dir
 
-    return ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
+    cache = ArtifactCache(Path(args.dir) if args.dir else default_cache_dir())
+    cache.claim(create=False)  # a folder that is not mlbench's cache: one line, nothing read or removed
+    return cache
 
 
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     from datetime import datetime
 
+    from mlbench.report.text import printable
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
     entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
-    label = lambda meta: meta.get("label") or meta.get("key_inputs", {}).get("backend", "?")  # noqa: E731
+    label = lambda meta: printable(meta.get("label") or meta.get("key_inputs", {}).get("backend", "?"))  # noqa: E731
     if args.format == "json":
         print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries), "entries": [
             {"key": e.key, "size_bytes": e.size_bytes, "last_used": datetime.fromtimestamp(e.last_used).isoformat(
@@ -139,6 +145,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
 
 def cmd_cache_verify(args: argparse.Namespace) -> int:
     """Hash every entry, whatever the stat state says; evict the corrupt ones (exit 1 if any)."""
+    from mlbench.report.text import printable
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
@@ -146,7 +153,8 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
     bad = [(entry, why) for entry, why in results if why is not None]
     for entry, why in bad:
         label = entry.meta.get("label") or entry.meta.get("key_inputs", {}).get("backend", "?")
-        print(f"{entry.key[:12]}  {label}: {why}; evicted, the next run rebuilds it")
+        outcome = "" if os.path.lexists(entry.path) else "; evicted, the next run rebuilds it"
+        print(printable(f"{entry.key[:12]}  {label}: {why}{outcome}"))
     size = format_size(sum(entry.size_bytes for entry, _ in results))
     verdict = f"{len(bad)} corrupt" if bad else "all intact"
     print(f"verified {len(results)} entries ({size}) in {cache.root}: {verdict}")
@@ -304,9 +312,14 @@ def _log_warnings_as_lines() -> None:
     import logging
 
     class CurrentStderr(logging.StreamHandler):
-        """Writes to whatever sys.stderr is now (tests and wrappers replace it)."""
+        """Writes to whatever sys.stderr is now (tests and wrappers replace it), control characters escaped."""
 
         stream = property(lambda self: sys.stderr, lambda self, value: None)
+
+        def format(self, record: logging.LogRecord) -> str:
+            from mlbench.report.text import printable
+
+            return printable(super().format(record))
 
     logger = logging.getLogger("mlbench")
     if not logger.handlers:

@@ -300,6 +300,9 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
     metrics = compared + [r.metric for r in rules if r.kind != "status" and r.metric not in compared]
     base_by_id = {r.variant_id: r for r in base.records}
     head_by_id = {r.variant_id: r for r in head.records}
+    for side, report, by_id in (("base", base, base_by_id), ("head", head, head_by_id)):
+        if len(by_id) != len(report.records):  # `check_report` names the file and place; this guards the API
+            raise ValueError(f"{side} lists a variant more than once; a report holds each variant once")
     order = [r.variant_id for r in head.records] + [v for v in base_by_id if v not in head_by_id]
 
     variants: list[VariantComparison] = []

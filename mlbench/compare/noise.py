@@ -6,7 +6,8 @@ distribution. The test is rank-based (no assumption of normal timings, robust to
 tail timings have), two-sided, and exact when either sample has at most 8 values and there are no
 ties (normal approximation with tie and continuity corrections otherwise) — the same choices as
 `scipy.stats.mannwhitneyu`'s `method="auto"` (tests/test_noise_vs_scipy.py checks them on random
-cases), computed here with numpy so the guard needs no scipy.
+cases), computed here with numpy so the guard needs no scipy. Its memory is bounded whatever `max_repeats` allowed:
+past `TEST_MAX_SAMPLES` (rank test) and `BOOTSTRAP_MAX_SAMPLES` (interval) a side is a seeded random subset.
 
 numpy is imported inside the functions: this module is reachable from the pipeline config, and
 `mlbench validate` must not import numpy.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,6 +25,9 @@ TEST_NAME = "Mann–Whitney U"
 DEFAULT_ALPHA = 0.01
 MIN_SAMPLES = 5
 EXACT_LIMIT = 8  # either sample this small or smaller and no ties: exact distribution (scipy's `auto` rule)
+TEST_MAX_SAMPLES = 100_000
+"""The most raw samples of a side the rank test reads: past it (`max_repeats` allows a million), a seeded
+random subset of this many, so its memory stays bounded (a few MiB) and the same reports give the same verdict."""
 
 
 class NoiseTest(BaseModel):
@@ -79,6 +84,15 @@ def _exact_p(u: float, m: int, n: int) -> float:
     return min(1.0, 2 * sum(counts[: math.floor(low + 1e-9) + 1]) / sum(counts))
 
 
+def _subset(values: Any, limit: int) -> Any:
+    """`values`, or a seeded random `limit` of them (in their order) when there are more."""
+    if len(values) <= limit:
+        return values
+    import numpy as np
+
+    return values[np.sort(np.random.default_rng(0).choice(len(values), limit, replace=False))]
+
+
 def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = DEFAULT_ALPHA) -> NoiseTest:
     """Two-sided Mann–Whitney U test of `head` against `base` samples."""
     n1, n2 = len(head), len(base)
@@ -88,8 +102,10 @@ def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = 
                          f"{MIN_SAMPLES} on each side)")
     import numpy as np
 
-    x = np.asarray(head, dtype=np.float64)
-    y = np.asarray(base, dtype=np.float64)
+    x = _subset(np.asarray(head, dtype=np.float64), TEST_MAX_SAMPLES)
+    y = _subset(np.asarray(base, dtype=np.float64), TEST_MAX_SAMPLES)
+    subset = "" if (len(x), len(y)) == (n1, n2) else f", a seeded {TEST_MAX_SAMPLES:,} samples of a side with more"
+    n1, n2 = len(x), len(y)
     both = np.concatenate([x, y])
     order = np.argsort(both, kind="mergesort")
     ranks = np.empty(len(both))
@@ -114,11 +130,32 @@ def mann_whitney_u(base: Sequence[float], head: Sequence[float], alpha: float = 
             z = (abs(u - mu) - 0.5) / sigma
             p = min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
         method = "two-sided, normal approximation"
-    return NoiseTest(test=f"{TEST_NAME} ({method})", n_base=n2, n_head=n1, u=u, p_value=p, alpha=alpha,
-                     significant=p < alpha)
+    return NoiseTest(test=f"{TEST_NAME} ({method}{subset})", n_base=len(base), n_head=len(head), u=u, p_value=p,
+                     alpha=alpha, significant=p < alpha)
 
 
 BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_MAX_SAMPLES = 10_000
+"""The most raw samples of a side the bootstrap resamples: past it, a seeded random subset of this many.
+
+A side's interval from 10,000 samples is already narrow; a wider one from a subset is the cautious side of
+the guard (it confirms fewer changes, never more), and the cost stays fixed whatever `max_repeats` allowed."""
+BOOTSTRAP_CHUNK = 1 << 20
+"""Resampled values held at once: the resamples are drawn in blocks of at most this many values (8 MiB of
+indices, 8 MiB of values), in the order one draw of every resample would take, so the result is the same."""
+
+
+def _resampled_statistic(values: Any, rng: Any, q: float, resamples: int) -> Any:
+    """The q-th percentile of each of `resamples` bootstrap resamples of `values`, a block at a time."""
+    import numpy as np
+
+    n = len(values)
+    rows = max(1, BOOTSTRAP_CHUNK // n)
+    out = np.empty(resamples)
+    for start in range(0, resamples, rows):
+        stop = min(resamples, start + rows)
+        out[start:stop] = np.percentile(values[rng.integers(0, n, (stop - start, n))], q, axis=1)
+    return out
 
 
 def ratio_interval(base: Sequence[float], head: Sequence[float], statistic: str = "median",
@@ -128,7 +165,8 @@ def ratio_interval(base: Sequence[float], head: Sequence[float], statistic: str 
     Mann–Whitney says whether two runs differ at all; with hundreds of samples it finds 3% shifts
     that are only the machine's mood between runs. A threshold rule asks a different question —
     did it get worse by more than 10%? — so the change counts only when this whole interval lies
-    past the threshold. Seeded: the same two reports always give the same verdict.
+    past the threshold. Seeded: the same two reports always give the same verdict. Memory is bounded
+    whatever the sample counts (`BOOTSTRAP_MAX_SAMPLES`, `BOOTSTRAP_CHUNK`).
     """
     if min(len(base), len(head)) < MIN_SAMPLES:
         return None
@@ -137,9 +175,10 @@ def ratio_interval(base: Sequence[float], head: Sequence[float], statistic: str 
     rng = np.random.default_rng(0)
     b = np.asarray(base, dtype=np.float64)
     h = np.asarray(head, dtype=np.float64)
+    b, h = _subset(b, BOOTSTRAP_MAX_SAMPLES), _subset(h, BOOTSTRAP_MAX_SAMPLES)
     q = {"median": 50.0, "p90": 90.0}[statistic]
-    sb = np.percentile(b[rng.integers(0, len(b), (resamples, len(b)))], q, axis=1)
-    sh = np.percentile(h[rng.integers(0, len(h), (resamples, len(h)))], q, axis=1)
+    sb = _resampled_statistic(b, rng, q, resamples)
+    sh = _resampled_statistic(h, rng, q, resamples)
     ratios = sh / np.where(sb > 0, sb, np.nan)
     low, high = np.nanpercentile(ratios, [100 * alpha / 2, 100 * (1 - alpha / 2)])
     return float(low), float(high)

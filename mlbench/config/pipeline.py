@@ -25,6 +25,11 @@ from mlbench.config.models import (
 MAX_SEED = 2**32 - 1  # numpy's seeds are 32-bit
 MAX_REPEATS = 1_000_000
 DEFAULT_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+DEFAULT_MIN_SNR_DB = {"float32": 60.0, "float16": 30.0, "bfloat16": 20.0}
+RECIPE_MIN_SNR_DB = 10.0
+"""The SNR floor of a variant whose optimization recipe has no `min_snr_db` entry of its own (if its
+precision's is higher): compression moves outputs by design, yet an all-zero or unrelated export
+is at or below 0 dB."""
 
 __all__ = ["SAFE_NAME", "SAFE_NAME_RE", "SOURCE_PATTERN", "InputDtype", "ModelInput", "ModelSpec", "PipelineConfig",
            "ShapeRange"]
@@ -66,12 +71,28 @@ class VerifySettings(StrictModel):
         description="Seeded input sets each verification runs; the worst max_rel counts, with the signal-to-noise "
         "ratio and, for class scores, top-1 agreement with eager.",
     )
+    min_snr_db: dict[str, Annotated[float, Field(allow_inf_nan=False)]] = Field(
+        default_factory=lambda: dict(DEFAULT_MIN_SNR_DB),
+        description="Least signal-to-noise ratio in dB of every output versus eager float32, per precision; the "
+        "scale-aware check beside max_rel, which cannot see a wrong export of small outputs. A recipe's name may "
+        f"have its own entry; a recipe without one gets {RECIPE_MIN_SNR_DB:g} dB (or its precision's, if lower).",
+    )
 
     def tolerance_for(self, precision: str, optimization: str | None = None) -> float:
         """The recipe's tolerance if given, else the precision's (the pipeline's, else mlbench's default)."""
         if optimization is not None and optimization in self.tolerance:
             return self.tolerance[optimization]
         return self.tolerance.get(precision, DEFAULT_TOLERANCE.get(precision, DEFAULT_TOLERANCE["float16"]))
+
+    def min_snr_db_for(self, precision: str, optimization: str | None = None) -> float:
+        """The recipe's SNR floor if given; else its precision's (the pipeline's, else mlbench's default),
+        lowered to RECIPE_MIN_SNR_DB for a variant an optimization recipe compressed."""
+        if optimization is not None and optimization in self.min_snr_db:
+            return self.min_snr_db[optimization]
+        floor = self.min_snr_db.get(precision, DEFAULT_MIN_SNR_DB.get(precision, DEFAULT_MIN_SNR_DB["float16"]))
+        if optimization is not None and optimization != NO_OPTIMIZATION:
+            return min(floor, RECIPE_MIN_SNR_DB)
+        return floor
 
 
 def _gate_rule(text: str) -> str:

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: a reader never sees half a report."""
+    """Write to a temporary file beside `path`, then rename: a reader never sees half a report, and a symlink
+    (or anything else) in the report's place is replaced, never written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     umask = os.umask(0)
@@ -31,29 +32,40 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
-    """Write every format the pipeline asks for; returns format → path."""
-    from mlbench.report.json_report import render_json
+    """Write every format the pipeline asks for; returns format → path. A record that breaks the report
+    schema is written as failed, with the schema error as its reason; every other record is written."""
+    from mlbench.report.fit import fit_report
+    from mlbench.report.json_report import ReportSchemaError, render_json
     from mlbench.report.markdown import render_markdown
+
+    try:
+        json_text = render_json(report)
+    except ReportSchemaError:  # the runner fits each record as it finishes (inf in free-form details
+        # included); this is the last guard, for a record that reaches here some other way
+        report = fit_report(report)
+        json_text = render_json(report)
 
     def html(report: RunReport) -> str:
         from mlbench.report.html import render_html
 
         return render_html(report, trends=_trends(report, pipeline))
 
-    renderers = {"json": (render_json, "report.json"), "markdown": (render_markdown, "report.md"),
+    renderers = {"json": (lambda _report: json_text, "report.json"), "markdown": (render_markdown, "report.md"),
                  "html": (html, "report.html")}
     written: dict[str, Path] = {}
+    texts: dict[str, str] = {}
     for fmt in pipeline.config.report.formats:
         render, name = renderers[fmt]
         path = pipeline.report_dir / name
-        write_atomic(path, render(report))
+        texts[fmt] = render(report)
+        write_atomic(path, texts[fmt])
         written[fmt] = path
     if "markdown" in written:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
         from mlbench.report.markdown import FULL_NAME
 
         full = pipeline.report_dir / FULL_NAME
         whole = render_markdown(report, limit=None)
-        if whole != written["markdown"].read_text(encoding="utf-8"):
+        if whole != texts["markdown"]:  # compared with what was written, never read back through the folder
             write_atomic(full, whole)
             written["markdown-full"] = full
         else:

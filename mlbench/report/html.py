@@ -9,7 +9,6 @@ report; absent ones say why.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from html import escape
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
@@ -29,6 +28,7 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
 from mlbench.report.html_charts import value_of as _value
 from mlbench.report.html_trend import trend_chart
 from mlbench.report.markdown import fmt_metric, variant_label
+from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;
@@ -64,7 +64,7 @@ def latency_section(records: Sequence[RunRecord]) -> list[str]:
 
 def _table(records: Sequence[RunRecord]) -> str:
     share = next((name for name in headline() if name.startswith("placement.")), None)
-    share_label = devices()[share.removeprefix("placement.")].label if share else "placement"
+    share_label = f"{devices()[share.removeprefix('placement.')].label} % of cost" if share else "placement"
     head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", share_label, "note")
     rows = []
     for r in records:

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from html import escape
 from typing import NamedTuple, Protocol
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
-from mlbench.records import Metric, RunRecord, Source
+from mlbench.records import COUNT_SHARE, Metric, RunRecord, Source
+from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 UNKNOWN_COLOR = "#bdbdbd"
 LATENCY_COLOR = "#5e35b1"
@@ -160,10 +160,21 @@ def latency_legend() -> str:
             'y2="11"/></g></svg>best to p90</span></p>')
 
 
+def _share_prefix(record: RunRecord) -> str | None:
+    """Which shares a variant's bar shows: of the cost (`placement.`), else of the compute operations
+    (`placement.count.`) where nothing said what each operation costs, else none."""
+    for prefix in ("placement.", COUNT_SHARE):
+        if any(value_of(record, f"{prefix}{d}") for d in devices()):
+            return prefix
+    return None
+
+
 def placement_chart(records: Sequence[RunRecord]) -> str:
-    """One 100% bar per variant with a placement, split by device (hatched where estimated); the rest unknown."""
+    """One 100% bar per variant with a placement, split by device (hatched where estimated); the rest unknown.
+    A bar is the share of the cost; a variant whose placement has no cost per operation shows its share of
+    the operations instead, and its label says so."""
     known = devices().values()
-    rows = [r for r in records if any(value_of(r, f"placement.{d.name}") for d in known)]
+    rows = [r for r in records if _share_prefix(r) is not None]
     if not rows:
         return '<p class="meta">No variant in this run reports where its operations run.</p>'
     width = LABEL_W + PLOT_W + VALUE_W
@@ -181,9 +192,11 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
         left = 0.0
         sources = set()
         shares = []
+        prefix = _share_prefix(record)
+        of = "ops" if prefix == COUNT_SHARE else "cost"
         for device_info in known:
             device, name = device_info.name, device_info.label
-            metric = value_of(record, f"placement.{device}")
+            metric = value_of(record, f"{prefix}{device}")
             if metric is None:
                 continue
             share = min(max(metric.value, 0.0), 1.0 - left)
@@ -194,7 +207,7 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
             if share > 0:
                 parts.append(f'<rect class="seg {device} {metric.source}" x="{LABEL_W + PLOT_W * left:.1f}" '
                              f'y="{y + 5}" width="{PLOT_W * share:.1f}" height="{ROW_H - 10}" fill="{fill}">'
-                             f'<title>{escape(f"{record.variant_id}: {name} {metric.value * 100:.1f}% ({metric.source})")}'
+                             f'<title>{escape(f"{record.variant_id}: {name} {metric.value * 100:.1f}% of {of} ({metric.source})")}'
                              f'</title></rect>')
             left += share
         if left < 0.999:
@@ -203,11 +216,13 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
                          f'<title>{escape(f"{record.variant_id}: unknown {(1 - left) * 100:.1f}%")}</title></rect>')
         mark = ESTIMATE_MARK if "estimated" in sources else ""
         switches = value_of(record, "placement.switches")
-        text = f"{mark}{' '.join(shares)}" + (f", {switches.value:g} switches" if switches else "")
+        text = (f"{mark}{' '.join(shares)}" + (" of ops" if of == "ops" else "")
+                + (f", {switches.value:g} switches" if switches else ""))
         parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
     parts.append("</svg>")
     legend = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
     legend += f'<span>{swatch(UNKNOWN_COLOR)}unknown</span>'
     hatched = swatch(f"url(#{hatch_id(next(iter(known)).name)})")
     legend += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
+    legend += "<span>bars: share of the cost (of ops where the label says so)</span>"
     return f'<p class="legend">{legend}</p>' + "".join(parts)

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from html import escape
 
 from mlbench.metrics import estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.report.html_charts import TREND_COLOR, TrendPoint, nice_max
+from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 W, H = 360, 180
 PAD_L, PAD_R, PAD_T, PAD_B = 58, 16, 34, 38

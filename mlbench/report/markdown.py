@@ -5,6 +5,8 @@ size limit) lives in `markdown_layout`."""
 
 from __future__ import annotations
 
+from math import isfinite
+
 from mlbench.backends.base import REFERENCE
 from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
@@ -54,8 +56,9 @@ def _verify(record: RunRecord) -> str:
     if record.verify is None:
         return "reference" if "verify" in record.details else "–"
     mark = "" if record.verify.passed else " ✗"
-    if record.verify.note:
-        mark += " (reference near 0: uninformative)"  # not ≈, which marks an estimate
+    if record.verify.note:  # some output is too small for max_rel to see a wrong export (not ≈: an estimate)
+        snr = record.verify.snr_db
+        mark += " (outputs near 0: max_rel blind" + (f"; SNR {snr:.0f} dB)" if snr is not None and isfinite(snr) else ")")
     if record.verify.samples > 1:
         mark += f" ({record.verify.samples} samples)"
     return f"{source_mark(record.verify.source)}{record.verify.max_rel:.2e}{mark}"
@@ -77,14 +80,17 @@ def _artifact(record: RunRecord) -> tuple[str, str]:
     return human_bytes(info.size_bytes), "cached" if info.cache_hit else f"{info.export_seconds:.1f} s"
 
 
-def _placement(record: RunRecord) -> tuple[str, str]:
-    """(`ANE / GPU / CPU %`, switches) cells; estimated placements carry `≈`."""
+def _placement(record: RunRecord) -> tuple[str, str, str]:
+    """(`ANE / GPU / CPU` % of the cost, the same % of the compute ops, switches) cells; estimated placements
+    carry `≈`; the cost cell is – where nothing says what each operation costs."""
     placement = record.placement
     if placement is None:
-        return "–", "–"
+        return "–", "–", "–"
     mark = estimate_mark(placement.source)
-    shares = " / ".join(f"{100 * placement.by_count.get(d, 0.0):.0f}" for d in devices())
-    return f"{mark}{shares}", f"{mark}{placement.switches}"
+    by_cost = placement.by_cost
+    cost = " / ".join(f"{100 * by_cost.get(d, 0.0):.0f}" for d in devices()) if by_cost else "–"
+    count = " / ".join(f"{100 * placement.by_count.get(d, 0.0):.0f}" for d in devices())
+    return f"{mark}{cost}" if by_cost else cost, f"{mark}{count}", f"{mark}{placement.switches}"
 
 
 def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
@@ -141,7 +147,7 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
 
     for r in records:
         size, export = _artifact(r)
-        shares, switches = _placement(r)
+        shares, counts, switches = _placement(r)
         add("variant", md_code(variant_label(r)))
         add("status", STATUS_MARK[r.status])
         for name in ("median", "best", "p90"):
@@ -151,11 +157,12 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         add("speedup", _speedup(r, baseline))
         add("verify", _verify(r))
         add("shares", shares)
+        add("counts", counts)
         add("switches", switches)
         add("size", size)
         add("export", export)
         add("note", _note(r))
-    shares_header = f"{' / '.join(d.short for d in devices().values())} %"
+    shorts = " / ".join(d.short for d in devices().values())
     return [
         Column("Variant", cells["variant"], priority=0),
         Column("Status", cells["status"], priority=1),
@@ -166,7 +173,8 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         *(Column(c.label, cells[c.name], right=True, priority=2.5 if i == 0 else 8.5 + i) for i, c in enumerate(extra)),
         Column("vs eager", cells["speedup"], right=True, priority=4),
         Column("Verify max_rel", cells["verify"], right=True, priority=5),
-        Column(shares_header, cells["shares"], right=True, priority=6),
+        Column(f"{shorts} % of cost", cells["shares"], right=True, priority=6),
+        Column(f"{shorts} % of ops", cells["counts"], right=True, priority=10.5),
         Column("Switches", cells["switches"], right=True, priority=10),
         Column("Size", cells["size"], right=True, priority=7),
         Column("Export", cells["export"], right=True, priority=11),
@@ -184,7 +192,16 @@ def model_table(model: str, records: list[RunRecord]) -> list[str]:
     lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records))]
     return lines + [f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
                     if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", "",
-                    *render_column_notes(records, extra_columns(records))]
+                    *render_column_notes(records, extra_columns(records)), *placement_legend(records)]
+
+
+def placement_legend(records: list[RunRecord]) -> list[str]:
+    """What the two placement columns show, when a record has a placement."""
+    if not any(r.placement is not None for r in records):
+        return []
+    return ["_% of cost_: each device's share of the work (the runtime's cost or time per operation; for "
+            "estimates, the cost model's), the `placement.<device>` metrics compare checks; _% of ops_: its share "
+            "of the compute operations (`placement.count.<device>`).", ""]
 
 
 def extra_columns(records: list[RunRecord]) -> list[MetricInfo]:
@@ -236,7 +253,7 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
     by_model: dict[str, list[RunRecord]] = {}
     for record in report.records:
         by_model.setdefault(record.model, []).append(record)
-    sections = [Section(f"{model} ({len(records)} variants)", model_table(model, records),
+    sections = [Section(f"{md_cell(model)} ({len(records)} variants)", model_table(model, records),
                         model_details(records, report.artifacts)) for model, records in by_model.items()]
     if limit is None:
         return "\n".join([*head, *(line for s in sections for line in [*s.core, *s.extra])]).rstrip() + "\n"

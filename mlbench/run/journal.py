@@ -13,8 +13,11 @@ never recorded was being measured when the run died (`JournalContents.unfinished
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,21 +37,58 @@ class JournalContents:
     skipped_lines: int = 0
 
 
+HEADER_FIELDS = ("run_id", "created")  # what a resumed run takes from the header: each a string
+
+
+def open_own(path: Path, flags: int) -> int:
+    """A descriptor for a regular file of mlbench's own, opened without following a symlink and without
+    waiting on a FIFO; a symlink or a special file there is refused in one line (nothing outside the report
+    folder is ever written or read through it)."""
+    fd: int | None
+    try:
+        fd = os.open(path, flags | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0), 0o666)
+    except OSError as exc:
+        if path.is_symlink():
+            raise UserError("is a symlink; mlbench writes only its own files in the report folder: remove it",
+                            file=path) from None
+        if exc.errno != errno.ENXIO:  # ENXIO: a FIFO nobody reads
+            raise
+        fd = None
+    if fd is None or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd is not None:
+            os.close(fd)
+        raise UserError("is not a regular file; mlbench writes only its own files in the report folder: remove it",
+                        file=path)
+    return fd
+
+
 class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def _append(self, entry: dict[str, Any], mode: str = "a") -> None:
+    def _append(self, entry: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(entry, separators=(",", ":")) + "\n"
-        with open(self.path, mode, encoding="utf-8") as handle:
+        with os.fdopen(open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "w", encoding="utf-8") as handle:
             handle.write(line)
             handle.flush()
             os.fsync(handle.fileno())
 
     def start(self, header: dict[str, Any]) -> None:
-        """Begin a new journal (an old one is replaced)."""
-        self._append({"run": header}, mode="w")
+        """Begin a new journal: the header goes to a temporary file beside it, renamed over the old one
+        (whatever was there, a symlink included, is replaced, never written through)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp")
+        try:
+            os.fchmod(fd, 0o666 & ~_umask())
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(json.dumps({"run": header}, separators=(",", ":")) + "\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     def resumed(self, info: dict[str, Any]) -> None:
         self._append({"resumed": info})
@@ -65,18 +105,19 @@ class Journal:
     def load(self) -> JournalContents:
         """What the journal holds; a line cut short by a crash (or garbage) is skipped and counted."""
         try:
-            text = self.path.read_text(encoding="utf-8", errors="replace")
+            with os.fdopen(open_own(self.path, os.O_RDONLY), "rb") as handle:
+                text = handle.read().decode("utf-8", errors="replace")
         except FileNotFoundError:
             raise UserError("no journal to resume from; run without --resume", file=self.path) from None
         contents: JournalContents | None = None
         skipped = 0
-        for line in text.splitlines():
+        for number, line in enumerate(text.splitlines(), 1):
             try:
                 entry = json.loads(line)
                 if "run" in entry and contents is None:
-                    contents = JournalContents(header=entry["run"])
+                    contents = JournalContents(header=_checked_header(entry["run"], self.path, number))
                 elif contents is not None and "record" in entry:
-                    record = RunRecord.model_validate(entry["record"])
+                    record = _read_record(entry["record"], contents)
                     contents.records[record.variant_id] = record
                     contents.fingerprints[record.variant_id] = entry.get("fingerprint")
                     contents.unfinished.pop(record.variant_id, None)
@@ -97,3 +138,32 @@ class Journal:
             raise UserError("the journal has no run header; run without --resume", file=self.path)
         contents.skipped_lines = skipped
         return contents
+
+
+def _checked_header(header: Any, path: Path, line: int) -> dict[str, Any]:
+    """The run header, or one UserError line: a damaged header cannot say which run this journal is."""
+    if not isinstance(header, dict):
+        why = f"a {type(header).__name__}, not an object"
+    else:
+        missing = [name for name in HEADER_FIELDS if not isinstance(header.get(name), str)]
+        if not missing:
+            return header
+        why = f"no {' or '.join(missing)}"
+    raise UserError(f"the run header is damaged ({why}); run without --resume to start over", file=path, line=line)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _read_record(data: Any, contents: JournalContents) -> RunRecord:
+    """The journal's record; one that no longer reads (e.g. written before inf was kept as data) still
+    says its variant finished, so a resume measures it again instead of counting it as a crash."""
+    try:
+        return RunRecord.model_validate(data)
+    except ValueError:
+        if isinstance(data, dict) and isinstance(data.get("variant_id"), str):
+            contents.unfinished.pop(data["variant_id"], None)
+        raise

@@ -26,8 +26,10 @@ class ReportLock:
             import fcntl
         except ImportError:  # pragma: no cover - Windows
             return
+        from mlbench.run.journal import open_own
+
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        fd = open_own(self.path, os.O_RDWR | os.O_CREAT)  # never through a symlink: see open_own
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -11,6 +11,7 @@ import sys
 from typing import IO, TYPE_CHECKING
 
 from mlbench.records import RunRecord
+from mlbench.report.text import printable
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -20,7 +21,8 @@ def record_line(record: RunRecord, done: int, total: int) -> str:
     median = record.metrics.get("latency.median")
     figure = f"median {median.value:.3f} ms ({median.source})" if median and median.value is not None else ""
     detail = record.error if record.status != "ok" else figure
-    return f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail or ''}".rstrip()
+    line = f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail or ''}".rstrip()
+    return printable(line)  # a model's error text never drives the terminal
 
 
 class Progress:
@@ -63,7 +65,7 @@ class LiveProgress(Progress):
 
         self.console = console or Console(stderr=True)
         self.bar = RichProgress(
-            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
             TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,
         )
         self.task: TaskID | None = None
@@ -74,7 +76,7 @@ class LiveProgress(Progress):
 
     def stage(self, subject: str, stage: str) -> None:
         if self.task is not None:
-            self.bar.update(self.task, description=f"{stage:<7} {subject}")
+            self.bar.update(self.task, description=printable(f"{stage:<7} {subject}"))
 
     def record(self, record: RunRecord, done: int, total: int) -> None:
         self.bar.console.print(record_line(record, done, total), highlight=False, markup=False)

@@ -9,7 +9,9 @@ what the journal lacks. User models run only in supervised child processes (`sup
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import uuid
 
 from mlbench import __version__
@@ -20,6 +22,7 @@ from mlbench.load import LoadSample, load_between, sample
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
 from mlbench.records import PipelineInfo, RunRecord, RunReport
+from mlbench.report.fit import fit_record
 from mlbench.run.executors import DaskExecutor, LocalExecutor
 from mlbench.run.journal import Journal
 from mlbench.run.limits import ChildLimits, limits_for
@@ -70,7 +73,9 @@ class Runner:
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _finish(self, finished: Finished) -> None:
-        """Keep the record and write it to the journal (flushed) before anything else happens."""
+        """Keep the record and write it to the journal (flushed) before anything else happens; a record
+        that breaks the report schema is kept failed, with the schema error as its reason."""
+        finished.record = fit_record(finished.record)
         info = finished.record.artifact
         if info is not None and info.key in self.built_keys:  # found in the cache, but built by this run
             finished.record.artifact = info.model_copy(update={"cache_hit": False})
@@ -148,6 +153,7 @@ class Runner:
 
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)
+        self.cache.claim()  # a cache folder that is not mlbench's: one line, before the journal is touched
         self._start_journal()
         self.cache.clean_stale_builds()
         todo = [v for v in self.plan.variants if v.id not in self.records]
@@ -225,12 +231,12 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
         try:
             report = runner.run()
         except KeyboardInterrupt:
-            write_reports(runner.report(finished=False), pipeline)
+            write_partial(runner.report(finished=False), pipeline)
             raise
         except UserError:  # a mistake found on the way (e.g. no journal to resume): nothing to report
             raise
         except Exception as exc:
-            write_reports(runner.report(finished=False), pipeline)
+            write_partial(runner.report(finished=False), pipeline)
             log.debug("the run could not finish", exc_info=True)
             raise RunUnfinished(f"the run could not finish: {short_error(exc)}; the partial report and the journal "
                                 f"are in {pipeline.report_dir} (`--resume` goes on from there)") from exc
@@ -244,3 +250,23 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
             why = str(exc) if isinstance(exc, UserError) else f"{pipeline.history_path}: {short_error(exc)}"
             logging.getLogger("mlbench.store.history").warning("run not added to the history: %s", why)
     return report
+
+
+def write_partial(report: RunReport, pipeline: Pipeline) -> None:
+    """The reports of a run that could not finish, unless they would replace a report holding more records
+    (a run that died early, or a damaged journal, never wipes the previous report)."""
+    from mlbench.report import write_reports
+    from mlbench.run.journal import open_own
+
+    previous = 0
+    try:
+        with open(open_own(pipeline.report_dir / "report.json", os.O_RDONLY), "rb") as handle:
+            records = json.loads(handle.read()).get("records")
+        previous = len(records) if isinstance(records, list) else 0
+    except (OSError, UserError, ValueError, AttributeError):
+        pass  # none there, or nothing worth keeping
+    if previous > len(report.records):
+        log.warning("the previous reports in %s are kept: they hold %d records, this unfinished run %d (its "
+                    "records are in the journal)", pipeline.report_dir, previous, len(report.records))
+        return
+    write_reports(report, pipeline)

@@ -195,9 +195,11 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
     status, error = "ok", None
     if result.verify is not None and not result.verify.passed:
         status = "failed"
-        error = f"verify: max_rel {result.verify.max_rel:.3g} exceeds the tolerance {result.verify.tolerance:.3g}"
-        if result.verify.source != "measured":
-            error += f" ({result.verify.source})"
+        error = f"verify: {result.verify.why_failed()}"
+        if result.verify.overflow:  # say why it is inf
+            error = f"verify: {result.verify.overflow}; max_rel {result.verify.max_rel:.3g}"
+            if result.verify.source != "measured":
+                error += f" ({result.verify.source})"
     details = result.details if exported.info else {**exported.details, **result.details}
     return _record(variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
                    verify=result.verify, placement=result.placement, details=details, **common)

@@ -55,6 +55,7 @@ class LoadedModel:
     seed: int = 0
     maker: InputMaker | None = field(default=None, repr=False)
     source_digest: str | None = field(default=None, repr=False)  # a saved file's bytes, when there is one
+    build_digest: str | None = field(default=None, repr=False)  # what the pipeline says builds it (`build_digest`)
     _digest: str | None = field(default=None, repr=False)
     _samples: dict[tuple[int, int], tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]] = field(
         default_factory=dict, repr=False)
@@ -109,9 +110,11 @@ class LoadedModel:
 
     @property
     def digest(self) -> str:
-        """sha256 of the model's code, structure, weights and inputs: what an export depends on."""
+        """sha256 of the model's code, structure, weights and inputs, and of what built it (source, kwargs,
+        the factory's file): what an export depends on."""
         if self._digest is None:
-            self._digest = module_digest(self.torch_module, self.example_inputs, extra=self.source_digest)
+            extra = "\n".join(d for d in (self.source_digest, self.build_digest) if d is not None) or None
+            self._digest = module_digest(self.torch_module, self.example_inputs, extra=extra)
         return self._digest
 
 
@@ -217,6 +220,7 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
         return LoadedModel(spec=spec, module=None, example_inputs=inputs, reference=[], seed=seed, maker=maker)
     seed_everything(seed)
     module, source_digest = build_module(spec, base_dir)
+    built_by = build_digest(spec, base_dir)
     if not isinstance(module, torch.nn.Module):
         raise ModelLoadError(f"'{spec.source}' returned {type(module).__name__}, not a torch.nn.Module")
     if not isinstance(module, torch.jit.ScriptModule):
@@ -233,7 +237,37 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
     if needs_binding(output, spec.keyword_inputs):
         module = BoundModule(module, names if spec.keyword_inputs else None).eval()
     return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference, seed=seed,
-                       maker=maker, source_digest=source_digest)
+                       maker=maker, source_digest=source_digest, build_digest=built_by)
+
+
+def build_digest(spec: ModelSpec, base_dir: Path) -> str:
+    """sha256 of what the pipeline says builds the model: the source (a file source by its bytes and the name in
+    it, so the same file reached by another relative path is the same model), the kwargs given to the factory,
+    the binding, and the file the factory lives in. A kwarg the module keeps as a plain attribute (no weight,
+    no repr) changes nothing else the digest sees, so it must enter here."""
+    from mlbench.store.hashing import sha256_json
+
+    source: Any = spec.source
+    kind = spec.source_kind
+    if kind in ("file", "module"):
+        where, _, attr = str(spec.source).rpartition(":")
+        source = {"kind": kind, "attr": attr, "file": _factory_file_sha256(kind, where, base_dir)}
+        if kind == "module":
+            source["module"] = where
+    return sha256_json({"source": source, "kwargs": spec.model_dump(mode="json")["kwargs"], "bind": spec.bind})
+
+
+def _factory_file_sha256(kind: str, where: str, base_dir: Path) -> str:
+    """sha256 of the file a `file.py:attr` or `pkg.module:attr` source names ('' when it has none)."""
+    if kind == "file":
+        path: str | Path | None = (base_dir / where).resolve()
+    else:
+        module = sys.modules.get(where)
+        path = getattr(module, "__file__", None)
+    try:
+        return sha256_file(path) if path else ""
+    except OSError:
+        return ""
 
 
 def _first_line(exc: BaseException) -> str:
@@ -263,8 +297,9 @@ def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor], extra: st
     The source files catch an edited forward(), and an edited helper function beside it that a class's
     source alone would miss; hashing whole files also skips `inspect.getsource`, which re-parses a
     class's whole module per class (0.16 s of a warm rerun of pipelines/coreml.yaml). The state dict
-    catches new weights (hashed in place, without a copy); the input shapes and dtypes catch a
-    re-specified input. Tool versions enter the artifact key apart.
+    catches new weights (hashed in place, without a copy); the inputs' shapes, dtypes and values catch a
+    re-specified input. What built the module (source, kwargs) comes in `extra` (`build_digest`); tool
+    versions enter the artifact key apart.
     """
     import torch
 
@@ -279,8 +314,11 @@ def module_digest(module: torch.nn.Module, inputs: list[torch.Tensor], extra: st
         digest.update(f"{name}:{t.dtype}:{list(t.shape)}\n".encode())
         if t.numel():
             digest.update(t.reshape(-1).view(dtype=torch.uint8).numpy())
-    for tensor in inputs:
-        digest.update(f"input:{tensor.dtype}:{list(tensor.shape)}\n".encode())
+    for tensor in inputs:  # values too: a trace follows the path its example inputs take
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"input:{t.dtype}:{list(t.shape)}\n".encode())
+        if t.numel():
+            digest.update(t.reshape(-1).view(dtype=torch.uint8).numpy().tobytes())
     if extra is not None:  # a saved file's own bytes (TorchScript code is not in any class source)
         digest.update(f"file:{extra}\n".encode())
     return digest.hexdigest()

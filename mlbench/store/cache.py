@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 import uuid
@@ -38,6 +39,7 @@ from mlbench.store.entry import (
     CacheEntry,
     Corrupt,
     check_key,
+    folder_problem,
     fsync_fd,
     fsync_path,
     read_meta,
@@ -45,6 +47,7 @@ from mlbench.store.entry import (
     valid_artifact_name,
 )
 from mlbench.store.hashing import jsonable, path_size, sha256_path
+from mlbench.store.marker import claim, is_ours_in_tmp, is_real_dir
 from mlbench.store.stale import build_owner_dead, host_tag
 from mlbench.store.state import StatState, backdate, signature
 from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
@@ -88,13 +91,18 @@ class ArtifactCache:
         if not self.root.is_dir():
             return out
         for shard in self.root.iterdir():
-            if not (SHARD_RE.fullmatch(shard.name) and shard.is_dir()):
-                continue
+            if not (SHARD_RE.fullmatch(shard.name) and is_real_dir(shard)):
+                continue  # a symlinked shard is never listed: that would read outside the cache
             try:
                 out.extend((shard, child) for child in shard.iterdir())
-            except FileNotFoundError:
+            except OSError:  # vanished meanwhile, or unreadable (verify names it)
                 pass
         return out
+
+    def claim(self, *, create: bool = True) -> bool:
+        """Check that the root is mlbench's cache before anything is removed or built there (see
+        `mlbench.store.marker`); False when there is no cache yet and ``create`` is off."""
+        return claim(self.root, create=create)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -105,8 +113,9 @@ class ArtifactCache:
         when they last matched it (see `mlbench.store.state`).
         """
         entry_dir = self.entry_dir(key)
-        if not entry_dir.is_dir():
-            return None
+        shard = entry_dir.parent
+        if not (os.path.lexists(entry_dir) or (os.path.lexists(shard) and folder_problem(shard, "shard folder"))):
+            return None  # a miss; but a shard folder that is a symlink or has lost its permissions is mended first
         try:
             meta = read_meta(entry_dir, key)
             artifact = entry_dir / meta["artifact"]
@@ -114,11 +123,11 @@ class ArtifactCache:
             if not self.state.trusted(key, sig, meta["checksum"]):
                 self._check_content(key, artifact, meta["checksum"], sig)
         except Corrupt as e:
+            self._evict_or_refuse(entry_dir, str(e))  # one UserError line when it cannot be removed
             log.warning("cache entry %s is corrupt (%s); rebuilding", key[:12], e)
-            self._evict_dir(entry_dir)
             return None
         try:
-            os.utime(entry_dir / META_NAME)  # last-used time, for prune's LRU order
+            os.utime(entry_dir / META_NAME, follow_symlinks=False)  # last-used time, for prune's LRU order
         except OSError:
             pass  # a read-only shared cache still serves hits
         return CacheEntry(key=key, path=entry_dir, meta=meta)
@@ -137,21 +146,11 @@ class ArtifactCache:
             self.state.record(key, sig, checksum, started)
 
     def verify(self) -> list[tuple[CacheEntry, str | None]]:
-        """Hash every entry, whatever the stat state says: (entry, None) for a good one, (entry,
-        why) for a corrupt one, which is evicted (the next run rebuilds it)."""
-        results: list[tuple[CacheEntry, str | None]] = []
-        for entry in self.entries():
-            self.state.forget(entry.key)
-            try:
-                self._check_content(entry.key, entry.artifact_path, entry.meta["checksum"],
-                                    signature(entry.artifact_path))
-            except Corrupt as e:  # the caller reports it
-                self._evict_dir(entry.path)
-                results.append((entry, str(e)))
-                continue
-            results.append((entry, None))
-        self._remove_empty_shards()
-        return results
+        """Check every entry folder, whatever the stat state says: (entry, None) for a good one, (entry, why)
+        for a broken one, which is evicted (the next run rebuilds it); see `mlbench.store.audit`."""
+        from mlbench.store.audit import verify_all
+
+        return verify_all(self)
 
     def entries(self) -> list[CacheEntry]:
         """Entries whose meta.json looks right, sorted by key; checksums are not verified."""
@@ -210,12 +209,15 @@ class ArtifactCache:
             return hit, True
 
         final = self.entry_dir(key)
-        self.tmp_root.mkdir(parents=True, exist_ok=True)
+        self.claim(create=True)
+        self._make_tmp_root()
         owner = f"{host_tag()}.{os.getpid()}"  # a later run removes the folder once this process is dead
         tmp_dir = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-{owner}-", dir=self.tmp_root))
         try:
             meta = self._build_into(tmp_dir, key, key_inputs, build)
             for _ in range(5):
+                if self._bad_shard(final.parent):  # a symlink in the shard's place: never publish through it
+                    final.parent.unlink()
                 final.parent.mkdir(parents=True, exist_ok=True)
                 try:
                     os.rename(tmp_dir, final)
@@ -287,12 +289,30 @@ class ArtifactCache:
 
     # -- removing ---------------------------------------------------------------------------
 
+    @staticmethod
+    def _bad_shard(shard: Path) -> bool:
+        """A symlink in a shard folder's (or tmp/'s) place: it would lead out of the cache."""
+        return shard.is_symlink()
+
     def _evict_dir(self, entry_dir: Path) -> None:
-        """Take an entry out of service atomically (rename into tmp/), then delete it."""
+        """Take an entry out of service atomically (rename into tmp/), then delete it. A symlink (the entry's,
+        or its shard's) is removed itself, never what it points to; a folder taken away from its owner
+        (chmod 000: the entry's, or its shard's) is given back to its owner first, so that it can be removed."""
         self.state.forget(entry_dir.name)
+        for link in (entry_dir.parent, entry_dir):
+            if os.path.lexists(link) and not is_real_dir(link):
+                Path(link).unlink(missing_ok=True)
+                return
+        for folder in (entry_dir.parent, entry_dir):
+            try:
+                mode = stat.S_IMODE(os.lstat(folder).st_mode)
+                if mode & 0o700 != 0o700:
+                    os.chmod(folder, mode | 0o700)
+            except OSError:
+                pass  # gone, or not ours: the rename below says
         trash = self.tmp_root / f"trash-{uuid.uuid4().hex}"
         try:
-            self.tmp_root.mkdir(parents=True, exist_ok=True)
+            self._make_tmp_root()
             os.rename(entry_dir, trash)
         except FileNotFoundError:
             return  # someone else evicted it first
@@ -301,24 +321,42 @@ class ArtifactCache:
             return
         shutil.rmtree(trash, ignore_errors=True)
 
+    def _evict_or_refuse(self, entry_dir: Path, why: str) -> None:
+        """Evict a corrupt entry; one UserError line when it cannot be removed (the run cannot replace it)."""
+        self._evict_dir(entry_dir)
+        if os.path.lexists(entry_dir) or self._bad_shard(entry_dir.parent):
+            raise UserError(f"cache entry {entry_dir.name[:12]} is corrupt ({why}) and cannot be removed: fix its "
+                            "permissions or delete it", file=entry_dir)
+
+    def _make_tmp_root(self) -> None:
+        """tmp/ as a real folder of the cache: a symlink in its place is removed, never written through."""
+        if self._bad_shard(self.tmp_root):
+            self.tmp_root.unlink()
+        self.tmp_root.mkdir(parents=True, exist_ok=True)
+
     def remove(self, key: str) -> bool:
         """Evict one entry; False if there was none."""
         entry_dir = self.entry_dir(key)
-        if not entry_dir.is_dir():
+        if not os.path.lexists(entry_dir) or not self.claim(create=False):
             return False
         self._evict_dir(entry_dir)
         return True
 
     def clean_stale_builds(self) -> None:
         """Delete leftovers of dead processes: evictions cut short, builds whose process on this machine
-        is gone, and builds idle for an hour (those of other machines); every run starts with this."""
+        is gone, and builds idle for an hour (those of other machines); every run starts with this. A folder
+        that is not mlbench's cache is refused in one line (UserError) before anything is touched."""
+        self.claim(create=True)
         self._clean_tmp()
 
     def _clean_tmp(self) -> None:
-        if not self.tmp_root.is_dir():
+        """Remove what mlbench left in tmp/ (its names only, see `mlbench.store.marker`), never anything else."""
+        if not is_real_dir(self.tmp_root):
             return
         now = time.time()
         for p in self.tmp_root.iterdir():
+            if not is_ours_in_tmp(p.name):
+                continue
             try:
                 stale = (p.name.startswith("trash-") or build_owner_dead(p.name)
                          or now - tree_mtime(p) > STALE_TMP_SECONDS)
@@ -334,6 +372,8 @@ class ArtifactCache:
         """Evict least-recently-used entries until the total is ≤ ``max_bytes``; return them."""
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
+        if not self.claim(create=False):
+            return []
         self._clean_tmp()
         entries = sorted(self.entries(), key=lambda e: (e.last_used, e.key))
         total = sum(e.size_bytes for e in entries)
@@ -353,11 +393,15 @@ class ArtifactCache:
         Fresh temp folders are kept: they may be another process's build in progress.
         """
         count = 0
-        if self.root.is_dir():
-            for _, entry_dir in self._entry_dirs():
-                if KEY_RE.fullmatch(entry_dir.name) and entry_dir.is_dir():
-                    self._evict_dir(entry_dir)
-                    count += 1
+        if not self.claim(create=False):
+            return 0
+        for shard in self.root.iterdir():  # a symlink in a shard's place: the link goes, never what it points to
+            if SHARD_RE.fullmatch(shard.name) and shard.is_symlink():
+                shard.unlink(missing_ok=True)
+        for _, entry_dir in self._entry_dirs():
+            if KEY_RE.fullmatch(entry_dir.name) and (is_real_dir(entry_dir) or entry_dir.is_symlink()):
+                self._evict_dir(entry_dir)
+                count += 1
         self._clean_tmp()
         self._remove_empty_shards()
         return count
@@ -368,7 +412,7 @@ class ArtifactCache:
             return
         left = False
         for shard in self.root.iterdir():
-            if SHARD_RE.fullmatch(shard.name) and shard.is_dir():
+            if SHARD_RE.fullmatch(shard.name) and is_real_dir(shard):
                 try:
                     shard.rmdir()  # only succeeds when empty
                 except OSError:

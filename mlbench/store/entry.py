@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ META_NAME = "meta.json"
 TMP_DIR = "tmp"
 STALE_TMP_SECONDS = 3600  # a build folder untouched this long belongs to a dead process
 MIN_PREFIX = 4
+MAX_META_BYTES = 64 << 20  # a meta.json is a few KiB (a Core ML analysis: a few MiB); more is not one
 KEY_RE = re.compile(r"[0-9a-f]{64}")
 SHARD_RE = re.compile(r"[0-9a-f]{2}")
 RESERVED_META = frozenset(
@@ -42,7 +44,7 @@ class CacheEntry:
 
     @property
     def size_bytes(self) -> int:
-        return int(self.meta["size_bytes"])
+        return int(self.meta.get("size_bytes", 0))  # 0 for a broken entry `verify` reports
 
     @property
     def last_used(self) -> float:
@@ -71,13 +73,73 @@ def valid_artifact_name(name: Any) -> bool:
     )
 
 
-def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
-    """Parse and sanity-check meta.json; raise Corrupt(why) if it can't describe ``key``."""
+def entry_problem(entry_dir: Path) -> str | None:
+    """Why the folder at ``entry_dir`` (and its shard folder) cannot be an entry, without following a
+    symlink or reading anything in it: None when it is a real folder its owner may read and search.
+
+    The mode bits are checked explicitly, so a folder taken away from its owner (chmod 000) is broken for
+    root too: what one user of a shared cache sees, every user sees."""
+    return folder_problem(entry_dir.parent, "shard folder") or folder_problem(entry_dir, "entry folder")
+
+
+def folder_problem(folder: Path, what: str) -> str | None:
+    """Why ``folder`` is not a real folder its owner may read and search (None when it is)."""
     try:
-        text = (entry_dir / META_NAME).read_text(encoding="utf-8")
+        st = os.lstat(folder)
     except FileNotFoundError:
-        raise Corrupt("meta.json missing") from None
-    except (OSError, UnicodeDecodeError) as e:
+        return f"{what} missing"
+    except OSError as e:
+        return f"{what} unreadable: {e.strerror}"
+    if stat.S_ISLNK(st.st_mode):
+        return f"{what} is a symlink"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"{what} is not a folder"
+    if st.st_mode & 0o500 != 0o500:
+        return f"{what} unreadable (mode {stat.S_IMODE(st.st_mode):03o})"
+    return None
+
+
+def read_regular(path: Path, limit: int = MAX_META_BYTES) -> bytes:
+    """The bytes of a regular file, opened without following a symlink and without waiting on a FIFO or
+    a device; raise Corrupt(why) for anything else."""
+    name = path.name
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise Corrupt(f"{name} missing") from None
+    except OSError as e:
+        if path.is_symlink():
+            raise Corrupt(f"{name} is a symlink") from None
+        raise Corrupt(f"{name} unreadable: {e.strerror or e}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Corrupt(f"{name} is not a regular file")
+        if st.st_mode & 0o400 == 0:
+            raise Corrupt(f"{name} unreadable (mode {stat.S_IMODE(st.st_mode):03o})")
+        if st.st_size > limit:
+            raise Corrupt(f"{name} is too large ({st.st_size} bytes)")
+        return f.read(limit + 1)
+
+
+def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
+    """Parse and sanity-check meta.json and check its artifact is there; raise Corrupt(why) if the entry
+    can't serve ``key``. Nothing is followed through a symlink: not the entry folder, not meta.json, not the
+    artifact."""
+    meta = parse_meta(entry_dir, key)
+    check_artifact(entry_dir, meta)
+    return meta
+
+
+def parse_meta(entry_dir: Path, key: str) -> dict[str, Any]:
+    """meta.json, read and sanity-checked; raise Corrupt(why) if it can't describe ``key``."""
+    problem = entry_problem(entry_dir)
+    if problem is not None:
+        raise Corrupt(problem)
+    data = read_regular(entry_dir / META_NAME)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
         raise Corrupt(f"meta.json unreadable: {e}") from None
     try:
         meta = json.loads(text)
@@ -92,9 +154,21 @@ def read_meta(entry_dir: Path, key: str) -> dict[str, Any]:
         raise Corrupt("meta.json is for another key")
     if not valid_artifact_name(meta["artifact"]):
         raise Corrupt("meta.json names an invalid artifact")
-    if not (entry_dir / meta["artifact"]).exists():
-        raise Corrupt(f"artifact {meta['artifact']} missing")
     return meta
+
+
+def check_artifact(entry_dir: Path, meta: dict[str, Any]) -> None:
+    """Raise Corrupt(why) unless the artifact meta.json names is a real file or folder (not a symlink)."""
+    try:
+        st = os.lstat(entry_dir / meta["artifact"])
+    except FileNotFoundError:
+        raise Corrupt(f"artifact {meta['artifact']} missing") from None
+    except OSError as e:
+        raise Corrupt(f"artifact {meta['artifact']} unreadable: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise Corrupt(f"artifact {meta['artifact']} is a symlink")
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise Corrupt(f"artifact {meta['artifact']} is not a regular file or folder")
 
 
 def fsync_path(path: Path) -> None:

@@ -179,11 +179,17 @@ def connect(db_path: Path, *, create: bool = True, upto: int = SCHEMA_VERSION) -
     try:
         try:
             migrate(conn, db_path, upto)
-        except sqlite3.DatabaseError as exc:
-            raise HistoryError(f"not a usable history database: {exc}", file=db_path) from None
-        yield conn
+            yield conn
+        except (sqlite3.DatabaseError, ValueError, TypeError, zlib.error) as exc:  # damaged pages, text, reports
+            raise HistoryError(f"not a usable history database: {_first_line(exc)}", file=db_path) from None
     finally:
         conn.close()
+
+
+def _first_line(exc: BaseException) -> str:
+    """The error's first line, its control characters shown as '?' (a damaged database's text is shown)."""
+    lines = str(exc).strip().splitlines()
+    return "".join(c if c.isprintable() else "?" for c in lines[0]) if lines else type(exc).__name__
 
 
 def record_run(report: RunReport, pipeline_path: str | Path, db_path: str | Path) -> str:
@@ -252,7 +258,11 @@ _RUN_COLUMNS = "run_id, created, pipeline_name, pipeline_path, git_commit, machi
 
 
 def _run_row(row: tuple) -> RunRow:
-    return RunRow(row[0], row[1], row[2], row[3], row[4], json.loads(row[5]), row[6], json.loads(row[7]))
+    """A row of `runs`; ValueError (json's) or TypeError when its JSON columns are damaged."""
+    machine, summary = json.loads(row[5]), json.loads(row[7])
+    if not (isinstance(machine, dict) and isinstance(summary, dict)):
+        raise ValueError(f"run {row[0]}: machine_json or summary_json is not an object")
+    return RunRow(row[0], row[1], row[2], row[3], row[4], machine, row[6], summary)
 
 
 def list_runs(db_path: Path, *, pipeline: str | None = None, model: str | None = None,
@@ -288,8 +298,11 @@ def load_report(db_path: Path, run_id: str) -> tuple[RunReport, RunRow]:
         raise HistoryError(f"no run '{run_id}' in the history", file=db_path)
     if len(rows) > 1:
         raise HistoryError(f"run id '{run_id}' is ambiguous: {', '.join(r[0] for r in rows[:5])}", file=db_path)
-    report = RunReport.model_validate_json(zlib.decompress(rows[0][-1]).decode("utf-8"))
-    return report, _run_row(rows[0][:-1])
+    try:
+        report = RunReport.model_validate_json(zlib.decompress(rows[0][-1]).decode("utf-8"))
+        return report, _run_row(rows[0][:-1])
+    except (ValueError, TypeError, zlib.error) as exc:  # a damaged row: pydantic's and json's errors are ValueErrors
+        raise HistoryError(f"run {rows[0][0]} is damaged in the history: {_first_line(exc)}", file=db_path) from None
 
 
 @dataclass(frozen=True)

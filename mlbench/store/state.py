@@ -115,6 +115,10 @@ class StatState:
     def _connect(self, *, create: bool) -> sqlite3.Connection | None:
         if self._broken or (not create and not self.path.exists()):
             return None
+        if any((self.path.parent / name).is_symlink() for name in STATE_FILES):  # SQLite would write through it
+            self._broken = True
+            log.debug("cache state %s is a symlink; hashing every lookup", self.path)
+            return None
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             try:

@@ -74,7 +74,7 @@ class CoremlBackend(Backend):
     target: CoremlTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
-        from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+        from mlbench.backends.coreml.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.deployment import check_deployment_target
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
@@ -102,6 +102,8 @@ class CoremlBackend(Backend):
             key_inputs["calibration"] = _digest_feeds(calibration)
         cached = build_cached(self.cache, key_inputs, export, label=variant.artifact_id, own_facts=own_facts)
         stored = cached.meta.get("analysis")
+        if not isinstance(stored, dict) or stored.get("analysis_version") != ANALYSIS_VERSION:
+            stored = None  # stored by an older analysis (or none): read the package again
         analysis = (ProgramAnalysis.model_validate(stored).model_copy(update={"path": str(cached.path)})
                     if stored else analyse_package(cached.path))
         details: dict[str, Any] = {
@@ -144,9 +146,11 @@ class CoremlBackend(Backend):
         compute_units = variant.axis("compute_units")
 
         def emulate() -> tuple[Any, str | None]:
+            precision, recipe = variant.axis("precision"), variant.axis("optimize")
             return emulated_verification(
                 artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
-                tolerance=self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize")))
+                tolerance=self.config.verify.tolerance_for(precision, recipe),
+                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe))
 
         if sys.platform != "darwin":
             placement = with_reshape_note(placement_for(artifact, compute_units), artifact,

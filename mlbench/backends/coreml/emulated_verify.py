@@ -9,17 +9,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from mlbench.backends.base import NO_SOURCE, REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
     from mlbench.backends.coreml.artifact import CoremlArtifact
+    from mlbench.backends.coreml.emulate import Emulator
     from mlbench.records import Verification
     from mlbench.sources.loading import LoadedModel
 
 
 def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, samples: int, tolerance: float,
-                          alternative: int = 0) -> tuple[Verification | None, str | None]:
+                          min_snr_db: float, alternative: int = 0) -> tuple[Verification | None, str | None]:
     """(verification, None), or (None, the reason it could not be had: an op the interpreter lacks,
     a model type it does not run, a program it cannot read)."""
     from mlbench.backends.coreml.emulate import (
@@ -38,19 +41,40 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
         return None, f"the interpreter runs ML programs, not {artifact.analysis.model_type} models"
     try:
         emulator = Emulator(load_program(artifact.package))
-        pairs = []
+        pairs, fed = [], []
         for index in range(samples):
             inputs, reference = model.sample(index, alternative)
             feeds = package_feeds(model, inputs)
             outputs = emulator.run(feeds)
             pairs.append((reference, list(outputs.values())))
-        verification = compare_samples(pairs, tolerance=tolerance, reference_name=REFERENCE, source="emulated",
-                                       method=EMULATION_NOTE)
+            fed.append(feeds)
+        verification = compare_samples(pairs, tolerance=tolerance, min_snr_db=min_snr_db, reference_name=REFERENCE,
+                                       source="emulated", method=EMULATION_NOTE)
+        verification = _name_overflow(verification, emulator, pairs, fed)
     except UnsupportedOps as exc:
         return None, f"the interpreter lacks {', '.join(exc.ops)}"
     except (EmulationError, CorruptPackage, OutputMismatch, ValueError) as exc:
         return None, f"emulation failed: {' '.join(str(exc).split())[:200]}"
     return verification, None
+
+
+def _name_overflow(verification: Verification, emulator: Emulator, pairs: list, fed: list[dict]) -> Verification:
+    """When an output came out inf or nan: the op where the float16 program first passes float16's range."""
+    import math
+
+    from mlbench.backends.coreml.emulate.overflow import first_float16_overflow
+    from mlbench.overflow import float16_overflow
+
+    if math.isfinite(verification.max_abs):
+        return verification
+    for (_reference, outputs), feeds in zip(pairs, fed):
+        if all(np.isfinite(np.asarray(o, dtype=np.float64)).all() for o in outputs):
+            continue
+        op = first_float16_overflow(emulator, feeds)
+        if op is not None:
+            return verification.model_copy(update={"overflow": float16_overflow(pairs, op)})
+        break
+    return verification
 
 
 def package_feeds(model: LoadedModel, inputs: list) -> dict:
@@ -71,10 +95,11 @@ def verification_metrics(verification: Verification | None, reason: str | None, 
         why = reason or "not verified"
         return {f"{prefix}.max_abs": Metric.absent("abs", why), f"{prefix}.max_rel": Metric.absent("rel", why)}
     source = verification.source
-    metrics = {f"{prefix}.max_abs": Metric(value=verification.max_abs, unit="abs", source=source),
-               f"{prefix}.max_rel": Metric(value=verification.max_rel, unit="rel", source=source)}
+    why = verification.why_not_finite  # an overflow makes these inf: absent, saying so
+    metrics = {f"{prefix}.max_abs": Metric.figure(verification.max_abs, "abs", source, why_not_finite=why),
+               f"{prefix}.max_rel": Metric.figure(verification.max_rel, "rel", source, why_not_finite=why)}
     if verification.snr_db is not None:
-        metrics[f"{prefix}.snr_db"] = Metric(value=verification.snr_db, unit="dB", source=source)
+        metrics[f"{prefix}.snr_db"] = Metric.figure(verification.snr_db, "dB", source, why_not_finite=why)
     if verification.top1_agreement is not None:
         metrics[f"{prefix}.top1_agreement"] = Metric(value=verification.top1_agreement, unit="ratio", source=source)
     return metrics

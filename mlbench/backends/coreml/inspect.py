@@ -93,10 +93,12 @@ def emulated_outputs(path: Path, seed: int) -> dict[str, Any]:
 
 
 def render_emulated_outputs(summary: dict[str, Any]) -> str:
+    from mlbench.report.text import md_cell
+
     lines = [f"### Emulated outputs (seed {summary['seed']}, {summary['run_seconds'] * 1000:.1f} ms)", "",
              summary["note"], "", "| Output | Shape | Dtype | Min | Max | Mean | NaN | Inf |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
     for name, o in summary["outputs"].items():
         cells = [f"{o[k]:.4g}" if o[k] is not None else "–" for k in ("min", "max", "mean")]
-        lines.append(f"| {name} | {o['shape']} | {o['dtype']} | {' | '.join(cells)} | {o['nan']} | {o['inf']} |")
+        lines.append(f"| {md_cell(name)} | {o['shape']} | {o['dtype']} | {' | '.join(cells)} | {o['nan']} | {o['inf']} |")
     return "\n".join([*lines, ""])

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
 
 ANE, GPU, CPU = "neural_engine", "gpu", "cpu"
+FOLLOW = "integer-follows-neighbour"
 DEVICES = (ANE, GPU, CPU)
 PREFERRED = {"cpu_only": CPU, "cpu_and_gpu": GPU, "cpu_and_ne": ANE, "all": ANE}
 ONE_GB = 1_000_000_000
@@ -76,6 +77,37 @@ def _apply_islands(ops: list[OpPlacement], rule: Rule) -> None:
         i = j
 
 
+def _nearest(start: int, edges: list[list[int]], follows: list[bool]) -> int | None:
+    """The nearest op along `edges` (fewest steps, then program order) that does not itself follow."""
+    seen, frontier = {start}, [start]
+    while frontier:
+        step = sorted({j for i in frontier for j in edges[i]} - seen)
+        found = [j for j in step if not follows[j]]
+        if found:
+            return found[0]
+        seen.update(step)
+        frontier = step
+    return None
+
+
+def _follow_neighbours(ops: list[OpPlacement], layers: list[LayerInfo], rule: Rule) -> None:
+    """Each op the `neighbour` rule decides takes the device of the nearest op it feeds (through other
+    such ops), else of the nearest op feeding it; with neither (an integer path from the inputs to the
+    outputs), the CPU."""
+    follows = [op.rule == rule.id for op in ops]
+    producers = [[j for j in layer.inputs if j < len(layers)] for layer in layers]
+    consumers: list[list[int]] = [[] for _ in layers]
+    for i, inputs in enumerate(producers):
+        for j in inputs:
+            consumers[j].append(i)
+    for i, op in enumerate(ops):
+        if follows[i]:
+            k = _nearest(i, consumers, follows)
+            k = k if k is not None else _nearest(i, producers, follows)
+            op.device = ops[k].device if k is not None and ops[k].device is not None else CPU
+            op.reason = None if op.device == ANE else rule.reason
+
+
 def _off_ane_summary(ops: list[OpPlacement]) -> str:
     groups: Counter[tuple[str, str]] = Counter()
     for op in ops:
@@ -103,7 +135,9 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
             op.device, op.rule = CPU, "cpu-only"
     else:
         blockers = [ane_blocker(layer, rules, context) for layer in layers]
-        use_ane = compute_units in ("cpu_and_ne", "all") and precision != "FLOAT32" and any(b is None for b in blockers)
+        # integer paths (masks, indices) follow the ops they feed: only an op that computes opens the Neural Engine
+        use_ane = (compute_units in ("cpu_and_ne", "all") and precision != "FLOAT32"
+                   and any(b is None and not layer.integer_data for b, layer in zip(blockers, layers)))
         if use_ane and small:
             for op in ops:
                 op.device, op.rule, op.reason = CPU, "small-program-cpu", "the program is too small to gain from the Neural Engine"
@@ -113,24 +147,28 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
             for op, blocker in zip(ops, blockers):
                 if target == GPU:
                     op.device, op.rule = GPU, "gpu-assumed"
-                elif precision == "FLOAT32" or blocker is None:
+                elif precision == "FLOAT32":
                     op.device, op.rule = CPU, "float32-program"
-                else:  # every operation is blocked: each says by which rule
-                    op.device, op.rule = CPU, blocker.id
+                else:  # nothing that computes is eligible: each says by which rule, integer paths follow
+                    op.device, op.rule = CPU, blocker.id if blocker is not None else FOLLOW
                 if preferred == ANE:
                     op.reason = (rules["float32-program"].reason if precision == "FLOAT32"
-                                 else blocker.reason if blocker is not None else "not eligible for the Neural Engine")
+                                 else blocker.reason if blocker is not None else rules[FOLLOW].reason)
         else:
-            for op, blocker in zip(ops, blockers):
+            for op, blocker, layer in zip(ops, blockers, layers):
                 if too_big:
                     op.device, op.rule, op.reason = CPU, "model-over-1gb", rules["model-over-1gb"].reason
-                elif blocker is None:
+                elif blocker is not None:
+                    op.device, op.rule, op.reason = CPU, blocker.id, blocker.reason
+                elif layer.integer_data:
+                    op.rule = FOLLOW  # placed once the ops it feeds are
+                else:
                     op.device = ANE
                     if compute_units == "all":
                         op.rule = "all-prefers-cpu-fallback"
-                else:
-                    op.device, op.rule, op.reason = CPU, blocker.id, blocker.reason
-            _apply_islands(ops, rules["small-island"])
+            # islands among the ops that compute (an integer path beside them is no boundary), then the paths
+            _apply_islands([op for op, layer in zip(ops, layers) if not layer.integer_data], rules["small-island"])
+            _follow_neighbours(ops, layers, rules[FOLLOW])
     # --- cost model: each op's roofline time-like cost on its assigned device (mlbench/backends/coreml/cost) ---
     times = [time_like_cost(layer, op.device) or 0.0 for layer, op in zip(layers, ops)]
     total_time = sum(times)
@@ -143,7 +181,9 @@ def estimate_placement(analysis: ProgramAnalysis, compute_units: str) -> Placeme
                           preferred=preferred, constants=analysis.const_count + sum(analysis.weight_ops.values()),
                           note=note, cost_basis="roofline" if total_time else None)
     placement.rules = dict(decided)
-    placement.confidence = lowest_confidence(set(decided))  # type: ignore[assignment]
+    # an integer path that stayed with its neighbour on the preferred device moved nothing
+    moved = {op.rule for op in ops if op.rule and not (op.rule == FOLLOW and op.device == preferred)}
+    placement.confidence = lowest_confidence(moved)  # type: ignore[assignment]
     return placement
 
 

@@ -14,12 +14,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.coreml.analysis.dataflow import WIDE_INTEGERS
+
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
 
 RULES_PATH = Path(__file__).with_name("placement_rules.yaml")
 CONFIDENCE_ORDER = ("low", "medium", "high")
-_MACOS_TO_IOS = {12: 15, 13: 16, 14: 17, 15: 18, 26: 26}  # releases of one year share an opset
+# Releases of one year share a specification version (coremltools converters/mil/_deployment_compatibility.py:
+# AvailableTarget.macOS14 = _SPECIFICATION_VERSION_IOS_17, and so on).
+_MACOS_TO_IOS = {12: 15, 13: 16, 14: 17, 15: 18, 26: 26}
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,8 @@ def _program_small(context: ProgramContext, at_most: int) -> bool:
 Condition = Callable[["LayerInfo", ProgramContext, Any], bool]
 CONDITIONS: dict[str, Condition] = {
     "float32_output": lambda layer, _, want: (layer.output_dtype == "fp32") == bool(want),
+    "wide_integer_data": lambda layer, _, want: (layer.output_dtype in WIDE_INTEGERS
+                                                 or bool(layer.attributes.get("wide_integer_input"))) == bool(want),
     "dilation_over": lambda layer, _, limit: _any_over(layer.attributes.get("dilations"), limit),
     "pool_kernel_over": lambda layer, _, limit: _any_over(layer.attributes.get("kernel_sizes"), limit),
     "pool_stride_over": lambda layer, _, limit: _any_over(layer.attributes.get("strides"), limit),
@@ -154,7 +160,8 @@ def rule_table() -> list[dict[str, str]]:
     """The rules as rows for `mlbench rules`: id, kind, what it applies to, confidence, source."""
     rows = []
     for rule in load_rules().values():
-        applies = ", ".join(sorted(rule.ops)) if rule.ops else "every operation" if rule.kind == "op" else "program"
+        applies = (", ".join(sorted(rule.ops)) if rule.ops else "every operation" if rule.kind == "op"
+                   else "operations on an integer path" if rule.kind == "neighbour" else "program")
         if rule.when:
             applies += " when " + ", ".join(f"{k}={v}" for k, v in rule.when.items())
         if rule.os_text:

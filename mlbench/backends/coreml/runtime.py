@@ -140,6 +140,7 @@ def measure_package(
 ) -> Measurement:
     import coremltools as ct
 
+    from mlbench.overflow import float16_overflow
     from mlbench.verify import compare_outputs
 
     why_not = too_old(ct.__version__)
@@ -167,8 +168,12 @@ def measure_package(
                          min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
     precision = variant.axis("precision")
     tolerance = config.verify.tolerance_for(precision, variant.axis("optimize"))
-    verify = (compare_outputs(model.sample(0, alternative)[1], ordered_outputs(artifact, prediction),
-                              tolerance=tolerance, reference_name=REFERENCE) if model.has_source else None)
+    floor = config.verify.min_snr_db_for(precision, variant.axis("optimize"))
+    verify = None
+    if model.has_source:
+        reference, outputs = model.sample(0, alternative)[1], ordered_outputs(artifact, prediction)
+        verify = compare_outputs(reference, outputs, tolerance=tolerance, min_snr_db=floor, reference_name=REFERENCE)
+        verify = verify.model_copy(update={"overflow": float16_overflow([(reference, outputs)])})
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     metrics["compile_time"] = Metric.measured(compile_ms, "ms")
     details: dict[str, Any] = {

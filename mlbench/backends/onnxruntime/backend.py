@@ -192,6 +192,7 @@ class OnnxruntimeBackend(Backend):
         session = None  # release the timed session before the profiled one starts
 
         verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
+                                  min_snr_db=self.config.verify.min_snr_db_for(precision),
                                   reference_name=REFERENCE) if model.has_source else None)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation

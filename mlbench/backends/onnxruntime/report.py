@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
-from mlbench.report.text import md_cell, md_code
+from mlbench.report.text import html_text, md_cell, md_code
 
 OP_TIME_TOP = 10
 
@@ -22,8 +22,8 @@ def render_op_times(records: list[RunRecord], artifacts: dict[str, dict] | None 
         variant = "/".join([record.backend, *record.axes.values()])
         by_type, by_node = op_time.get("by_type", []), op_time.get("by_node", [])
         lines += [
-            f"<details><summary>Per-operator time of <code>{md_cell(variant)}</code>: {fmt_ms(op_time.get('total_ms'))} ms "
-            f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({md_cell(op_time.get('method'))})</summary>",
+            f"<details><summary>Per-operator time of <code>{html_text(variant)}</code>: {fmt_ms(op_time.get('total_ms'))} ms "
+            f"in kernels per run, mean of {op_time.get('runs')} profiled runs ({html_text(op_time.get('method'))})</summary>",
             "",
             f"| Op type (top {min(top, len(by_type))} of {len(by_type)}) | Nodes | ms / run | Share | Providers |",
             "|---|---:|---:|---:|---|",

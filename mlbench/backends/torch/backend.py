@@ -111,7 +111,7 @@ class TorchBackend(Backend):
             if device != "cpu":
                 exported.payload.to("cpu")
         verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
-                                 reference_name=REFERENCE)
+                                 min_snr_db=self.config.verify.min_snr_db_for(precision), reference_name=REFERENCE)
         return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
                            verify=verify)
 

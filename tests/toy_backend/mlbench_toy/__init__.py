@@ -49,10 +49,12 @@ class ToyBackend(Backend):
         settings = self.config.latency
         latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=None)
-        verify = compare_outputs(model.reference, [output.numpy()], tolerance=1e-4, reference_name="eager")
+        verify = compare_outputs(model.reference, [output.numpy()], tolerance=1e-4, min_snr_db=60.0,
+                                 reference_name="eager")
         ops = [OpPlacement(name="all", op_type="toy", device="toy_accel")]
         placement = Placement(source="measured", method="toy", compute_ops=1, constants=0,
-                              by_count={"toy_accel": 1.0}, switches=0, ops=ops)
+                              by_count={"toy_accel": 1.0}, by_cost={"toy_accel": 1.0}, cost_basis="time",
+                              switches=0, ops=ops)
         metrics = {**runtime_metrics(latency, first_ms=first_ms, verify=verify), **placement_metrics(placement)}
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement)
 

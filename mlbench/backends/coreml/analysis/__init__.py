@@ -15,7 +15,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlbench.backends.coreml.analysis.package import SPEC_VERSION_OS, BlobReader, describe_feature, disk_size, load_spec
-from mlbench.backends.coreml.analysis.records import LayerInfo, ProgramAnalysis, TensorDescription, Totals
+from mlbench.backends.coreml.analysis.records import (
+    ANALYSIS_VERSION,
+    LayerInfo,
+    ProgramAnalysis,
+    TensorDescription,
+    Totals,
+)
 from mlbench.backends.coreml.analysis.walker import (
     MAC_OPS,
     NEURAL_NETWORK_TYPES,
@@ -25,6 +31,7 @@ from mlbench.backends.coreml.analysis.walker import (
 from mlbench.errors import UserError
 
 __all__ = [
+    "ANALYSIS_VERSION",
     "MAC_OPS",
     "LayerInfo",
     "ProgramAnalysis",

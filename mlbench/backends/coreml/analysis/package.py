@@ -54,11 +54,36 @@ def _regular_file(file: Path, what: str, package: Path, limit: int) -> None:
         raise UserError(f"the {what} is {st.st_size:,} bytes; at most {limit:,} can be read", file=package)
 
 
+def _reason(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return reason[:1].lower() + reason[1:]
+
+
+def _usable_name(name: str, what: str, package: Path) -> None:
+    """Refuse a path the package names that no file system could hold (the OS would raise, not answer)."""
+    if "\0" in name:
+        raise UserError(f"corrupt Core ML package: {what} holds a NUL character; refused", file=package)
+    if len(name) > 4096:
+        raise UserError(f"corrupt Core ML package: {what} is {len(name):,} characters long; refused", file=package)
+
+
+def _present(file: Path, what: str, package: Path) -> bool:
+    """Whether `file` exists (or is a link), one line instead of an OSError (e.g. a name too long)."""
+    try:
+        return file.exists() or file.is_symlink()
+    except OSError as exc:
+        raise UserError(f"corrupt Core ML package: cannot look up {what}: {_reason(exc)}", file=package) from None
+
+
 def load_spec(path: Path) -> tuple[Any, Path, Path | None]:
     """Parse the spec. Returns (spec, spec file, package root or None for an .mlmodel).
 
     Reads only regular files inside the package, each checked for size before it is read."""
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError as exc:  # e.g. a name too long for the file system
+        raise UserError(f"cannot read: {_reason(exc)}", file=path) from None
+    if not exists:
         raise UserError("no such file or directory", file=path)
     if path.is_dir():
         manifest_path = path / "Manifest.json"
@@ -74,15 +99,18 @@ def load_spec(path: Path) -> tuple[Any, Path, Path | None]:
                 raise TypeError
         except (ValueError, UnicodeDecodeError) as exc:
             raise UserError(f"corrupt Core ML package: Manifest.json is not valid JSON ({exc})", file=path) from None
+        except RecursionError:
+            raise UserError("corrupt Core ML package: Manifest.json is nested too deeply to read", file=path) from None
         except (KeyError, TypeError):
             raise UserError(
                 "corrupt Core ML package: Manifest.json does not name the root model", file=path
             ) from None
+        _usable_name(entry["path"], "Manifest.json's model spec path", path)
         data_dir = (path / "Data").resolve()
         if not spec_file.resolve().is_relative_to(data_dir):
             raise UserError(f"corrupt Core ML package: Manifest.json points outside the package "
                             f"({entry['path']!r}); refused", file=path)
-        if not (spec_file.exists() or spec_file.is_symlink()):
+        if not _present(spec_file, "the model spec", path):
             rel = spec_file.relative_to(path) if spec_file.is_relative_to(path) else spec_file
             raise UserError(f"corrupt Core ML package: the model spec {rel} is missing", file=path)
         _regular_file(spec_file, "model spec", path, MAX_SPEC_BYTES)
@@ -190,13 +218,14 @@ class BlobReader:
             self.missing.add(file_name)
             return declared
         rel = file_name.replace("@model_path/", "", 1)
+        _usable_name(rel, "a weight file's path", self.origin)
         p = self.model_dir / rel
         key = str(p)
         if key not in self._handles:
             if not p.resolve().is_relative_to(self.model_dir.resolve()):
                 raise UserError(f"corrupt Core ML package: the weight file {rel!r} is outside the package; refused",
                                 file=self.origin)
-            if not (p.exists() or p.is_symlink()):
+            if not _present(p, f"the weight file {rel!r}", self.origin):
                 raise UserError(f"corrupt Core ML package: the weight file {rel} is missing", file=self.origin)
             _regular_file(p, f"weight file {rel}", self.origin, 1 << 62)  # read by header, never whole
             self._handles[key] = (p.open("rb"), p.stat().st_size)

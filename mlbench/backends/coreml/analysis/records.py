@@ -24,9 +24,11 @@ Definitions used throughout:
   other ops have ``macs=None`` (not counted).
 * **FLOPs and bytes**: of every compute op, by the cost model (``mlbench.backends.coreml.cost``:
   2 x MACs for the ops above, conventions per op family for the others).
-* **Precision**: from the floating-point output dtypes of the compute ops, leaving out
-  the ``cast`` ops at the program boundary that coremltools inserts to turn float32
-  inputs into float16 and float16 outputs back into float32.
+* **Precision**: from the floating-point output dtypes of the compute ops that compute,
+  leaving out every ``cast`` (the ops it feeds say in which precision they compute; this
+  includes the casts coremltools inserts at the program boundary) and the ops on an integer
+  path (a bool mask cast to float16 and gathered carries 0s and 1s, not the model's
+  arithmetic: see ``dataflow``).  Only when no op is left do the other non-boundary ops decide.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 Precision = Literal["FLOAT32", "FLOAT16", "MIXED", "UNKNOWN"]
+ANALYSIS_VERSION = 2
+"""Raised when the analysis of the same package changes, so that analyses stored beside cached packages
+are made again (2: the precision decided on the ops that compute; producers and integer paths per op)."""
 
 
 class TensorDescription(BaseModel):
@@ -70,10 +75,16 @@ class LayerInfo(BaseModel):
         default=None, description="how the weights are stored, e.g. 'fp16' or 'lut(uint4 indices, fp16 lut)'"
     )
     depth: int = Field(default=0, description="nesting depth: 0 in the function body, 1 inside a cond/loop block")
+    inputs: list[int] = Field(default_factory=list, description="the compute ops whose results this op reads "
+                              "(their positions in the list of compute ops); constants and program inputs left out")
+    integer_data: bool = Field(default=False, description="the op is on an integer path: its result is not "
+                               "floating point (int32, bool), or it only casts, moves or gathers such data (a "
+                               "mask or an index being built)")
     attributes: dict[str, Any] = Field(
         default_factory=dict,
         description="parameters that decide where an op can run: dilations, kernel_sizes, strides, scale factors, "
-        "and dynamic_shape when a reshape's shape is computed at run time",
+        "dynamic_shape when a reshape's shape is computed at run time, and wide_integer_input when the op reads "
+        "a 16-bit or wider integer computed at run time",
     )
 
 
@@ -101,6 +112,7 @@ class ProgramAnalysis(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
 
     path: str
+    analysis_version: int = Field(default=ANALYSIS_VERSION, description="the analysis that read it (ANALYSIS_VERSION)")
     model_type: str = Field(description="mlProgram, neuralNetwork, neuralNetworkClassifier, pipeline...")
     spec_version: int
     min_os: str | None = Field(default=None, description="first iOS release that reads this spec version")
@@ -110,7 +122,8 @@ class ProgramAnalysis(BaseModel):
     functions: list[str] = Field(default_factory=list)
     precision: Precision
     dtype_counts: dict[str, int] = Field(
-        default_factory=dict, description="compute ops per floating-point output dtype (boundary casts left out)"
+        default_factory=dict, description="compute ops per floating-point output dtype, of the ops that decide the "
+        "precision (casts and integer-path ops left out)"
     )
     op_counts: dict[str, int] = Field(description="compute op type -> count")
     const_count: int

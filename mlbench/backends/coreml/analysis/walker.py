@@ -11,6 +11,7 @@ import math
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.coreml.analysis.dataflow import FLOAT_DTYPES, DataFlow
 from mlbench.backends.coreml.analysis.mil import Program, numel, op_name, short_type, tensor_info
 from mlbench.backends.coreml.analysis.records import LayerInfo, Precision, Totals
 from mlbench.backends.coreml.analysis.weights import WeightAccounting, nn_weight_params
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
 MAC_OPS = frozenset({"conv", "conv_transpose", "linear", "matmul", "einsum"})
 #: Ops that do many MACs but whose MACs this analysis does not count (a note says so).
 _UNCOUNTED_HEAVY_OPS = frozenset({"lstm", "gru", "rnn", "scaled_dot_product_attention"})
-_FLOAT_DTYPES = frozenset({"fp16", "fp32", "fp64", "bf16", "fp8e4m3fn", "fp8e5m2"})
 # MIL opset name -> OS release (coremltools/__init__.py, _OPSET).
 OPSET_OS = {
     "CoreML3": "iOS13",
@@ -112,11 +112,13 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
 
     prog = Program(function, opset)
     weights = WeightAccounting(prog, blobs)
+    flow = DataFlow(prog)
 
     op_counts: Counter[str] = Counter()
     weight_ops: Counter[str] = Counter()
     const_count = 0
-    dtype_counts: Counter[str] = Counter()
+    dtype_counts: Counter[str] = Counter()  # of the ops that compute (casts and integer paths left out)
+    fallback_counts: Counter[str] = Counter()  # of every op but the boundary casts, when none computes
     layers: list[LayerInfo] = []
     unknown_mac_ops: Counter[str] = Counter()
     heavy_uncounted: Counter[str] = Counter()
@@ -140,6 +142,10 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
         # --- cost model: every weight the op reads, at its stored size (a fresh, unclaimed accounting) ---
         cost = mil_op_cost(op_type, op, prog, WeightAccounting(prog, blobs).for_op(op)[1])
         # --- end cost model ---
+        producers, integer_data = flow.add(op, op_type, out_dtype, len(layers))
+        attributes = placement_attributes(op_type, op, prog)
+        if flow.reads_wide_integer(op):
+            attributes["wide_integer_input"] = True
         layers.append(
             LayerInfo(
                 name=op_name(op),
@@ -153,17 +159,20 @@ def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str,
                 weight_bytes=stored,
                 weight_storage=storage,
                 depth=depth,
-                attributes=placement_attributes(op_type, op, prog),
+                attributes=attributes,
+                inputs=producers,
+                integer_data=integer_data,
             )
         )
         if op_type == "cast" and is_boundary_cast(op, prog):
             continue
-        for out in op.outputs:
-            dt = tensor_info(out.type)[0]
-            if dt in _FLOAT_DTYPES:
+        dt = next((d for d in (tensor_info(out.type)[0] for out in op.outputs) if d in FLOAT_DTYPES), None)
+        if dt is not None:
+            fallback_counts[dt] += 1
+            if op_type != "cast" and not integer_data:
                 dtype_counts[dt] += 1
-                break
 
+    dtype_counts = dtype_counts or fallback_counts
     floats = set(dtype_counts)
     if not floats:
         precision: Precision = "UNKNOWN"

@@ -168,6 +168,10 @@ class Emulator:
         if len(results) != len(step.outputs):
             raise EmulationError(f"op {op.raw_type} ({op.name}) returned {len(results)} values, "
                                  f"declares {len(step.outputs)}")
+        return self._store(step, results)
+
+    def _store(self, step: _Step, results: list[Any]) -> list[Any]:
+        """An op's results as the program keeps them (``precision.store``); ``overflow`` watches here."""
         return [store(v, dtype, self.precision) for v, (_name, dtype) in zip(results, step.outputs)]
 
     def _block_outputs(self, index: int, step: _Step, env: dict[str, Any]) -> tuple:
