@@ -196,9 +196,10 @@ class CoreaiBackend(Backend):
         run = run_reference(path, feeds)
         pairs = [(reference, [out.astype("float32") if out.dtype.kind == "f" else out for out in outputs])
                  for (_, reference), outputs in zip(samples, run.outputs)]
-        tolerance = self.config.verify.tolerance_for(variant.axis("precision"), variant.axis("optimize"))
-        verification = compare_samples(pairs, tolerance=tolerance, reference_name=REFERENCE, source="reference",
-                                       method=REFERENCE_NOTE)
+        precision, optimize = variant.axis("precision"), variant.axis("optimize")
+        verification = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision, optimize),
+                                       min_snr_db=self.config.verify.min_snr_db_for(precision, optimize),
+                                       reference_name=REFERENCE, source="reference", method=REFERENCE_NOTE)
         details: dict[str, Any] = {"reference_runtime": {
             "seconds_per_call": run.seconds, "output_names": run.output_names,
             "note": "time of Core AI's single-threaded CPU reference runtime on this machine: not latency",

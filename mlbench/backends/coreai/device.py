@@ -82,8 +82,9 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
     finally:
         loop.run_until_complete(context.__aexit__(None, None, None))
         loop.close()
-    verify = (compare_samples(pairs, tolerance=config.verify.tolerance_for(variant.axis("precision"),
-                                                                            variant.axis("optimize")),
+    precision, optimize = variant.axis("precision"), variant.axis("optimize")
+    verify = (compare_samples(pairs, tolerance=config.verify.tolerance_for(precision, optimize),
+                              min_snr_db=config.verify.min_snr_db_for(precision, optimize),
                               reference_name=REFERENCE, method=DEVICE_NOTE) if model.has_source else None)
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     details = {"session": {"compute_units": variant.axis("compute_units"), "options": str(options)},
