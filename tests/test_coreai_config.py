@@ -79,3 +79,20 @@ def test_a_chain_resolves_its_steps_by_name():
 ])
 def test_platforms_without_wheels_get_a_one_line_reason(system, machine, python, glibc, why):
     assert platform_reason(system, machine, python, glibc) == why
+
+
+def test_where_core_ai_cannot_run_its_variants_are_skipped_with_the_reason(write_pipeline, monkeypatch, tmp_path):
+    from mlbench.backends import base
+    from mlbench.backends.coreai import backend as coreai_backend
+    from mlbench.store.cache import ArtifactCache
+
+    config = load_pipeline(write_pipeline(PIPELINE.replace("OPT", "palettize4"))).config
+    why = "Core AI has no wheel for Linux aarch64 (only Linux x86_64 and macOS arm64)"
+    monkeypatch.setattr(coreai_backend, "unavailable", lambda: why)
+    backend = coreai_backend.CoreaiBackend(config.targets[0], config, ArtifactCache(tmp_path / "cache"))
+    with pytest.raises(base.VariantSkipped) as info:
+        backend.export(None, None)  # type: ignore[arg-type] - refused before the model is looked at
+    assert str(info.value) == why
+    with pytest.raises(base.VariantSkipped) as info:
+        backend.measure(None, None, None)  # type: ignore[arg-type]
+    assert str(info.value) == why
