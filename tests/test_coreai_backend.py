@@ -288,21 +288,35 @@ def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_pa
     assert record.metrics["size.package"].value == records(report)["float16/all/none"].metrics["size.package"].value
 
 
-def test_flexible_input_shapes_fail_in_one_line_not_on_the_wrong_shape(write_pipeline):
+def test_flexible_shapes_make_one_asset_verified_at_every_size(write_pipeline):
     path = write_pipeline(f"""\
         version: 1
         name: flex
         models:
-          - name: tiny
+          - name: text
+            source: {ROOT}/examples/tiny_text.py:TinyText
+            inputs:
+              - {{name: input_ids, dtype: int64, shape: [1, [8, 16, 24]], range: [0, 100]}}
+              - {{name: attention_mask, dtype: int64, shape: [1, [8, 16, 24]], fill: ones}}
+          - name: cnn
             source: {ROOT}/examples/tiny_cnn.py:TinyCNN
-            inputs: [{{name: image, shape: [1, 3, [32, 64], [32, 64]]}}]
+            inputs: [{{name: image, shape: [1, 3, {{min: 16, max: 64, default: 32}}, {{min: 16, max: 96, default: 48}}]}}]
         targets:
           - backend: coreai
             precision: float32
+        verify: {{tolerance: {{float32: 1.0e-5}}}}
         cache: {{dir: cache}}
         report: {{dir: out, formats: [json]}}
         """)
     report = run(load_pipeline(path))
-    assert {r.status for r in report.records} == {"failed"}
-    assert {r.error for r in report.records} == {
-        "export: flexible input shapes (image) are not exported to Core AI by mlbench yet; give fixed shapes"}
+    assert {r.variant_id: r.status for r in report.records} == {
+        "text/coreai/float32/all/none/8": "ok", "text/coreai/float32/all/none/16": "ok",
+        "text/coreai/float32/all/none/24": "ok", "cnn/coreai/float32/all/none/32x48": "ok"}, [r.error for r in report.records]
+    text = [r for r in report.records if r.model == "text"]
+    assert len({r.artifact.key for r in text}) == 1  # one asset serves every size
+    asset = report.artifacts[text[0].artifact.key]["coreai_asset"]
+    assert [i["type"] for i in asset["functions"][0]["inputs"]] == ["NDArray (Int32, 1 × ?)"] * 2
+    assert all(r.verify.source == "reference" and r.verify.max_abs <= 1e-5 for r in report.records)
+    (cnn,) = [r for r in report.records if r.model == "cnn"]
+    assert report.artifacts[cnn.artifact.key]["coreai_asset"]["functions"][0]["inputs"][0]["type"] == \
+        "NDArray (Float32, 1 × 3 × ? × ?)"  # height and width: a dimension each (other bounds)

@@ -120,7 +120,7 @@ class CoreaiBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         self._require()
         from mlbench.backends.coreai.analysis import analyse_asset
-        from mlbench.backends.coreai.export import CoreaiExportError, CoreaiExportResult, export_coreai
+        from mlbench.backends.coreai.export import CoreaiExportResult, export_coreai
 
         precision = variant.axis("precision")
         if self.target.package is not None:
@@ -128,10 +128,6 @@ class CoreaiBackend(Backend):
             analysis = analyse_asset(path)
             return Exported(payload=(path, analysis), info=existing_artifact_info(path, "existing Core AI asset"),
                             details={"coreai_asset": analysis, "export": {"existing": str(path)}})
-        flexible = [i.name for i in model.spec.inputs if i.is_flexible]
-        if flexible:
-            raise CoreaiExportError(f"flexible input shapes ({', '.join(flexible)}) are not exported to Core AI by "
-                                    "mlbench yet; give fixed shapes")
         recipe = resolve(variant.axis("optimize"), self.config.optimizations)
         output_names = [name for name, _ in model.reference]
         calibration = (calibration_inputs(model, self.config.verify.samples)
@@ -139,7 +135,8 @@ class CoreaiBackend(Backend):
 
         def export(folder: Path) -> CoreaiExportResult:
             return export_coreai(model.torch_module, model.example_inputs, model.input_names, output_names,
-                                 precision=precision, optimization=recipe, dest=folder, calibration=calibration)
+                                 precision=precision, optimization=recipe, dest=folder, calibration=calibration,
+                                 inputs=list(model.spec.inputs))
 
         def own_facts(result: CoreaiExportResult) -> dict[str, Any]:
             # read from the asset and stored beside it, so a cache hit needs no Core AI import for the figures

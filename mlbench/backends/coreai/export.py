@@ -18,10 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.capture import captured, distinct_lines
+from mlbench.backends.flexible import dynamic_shapes
 from mlbench.errors import ReportableError, one_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
+
+    from mlbench.config.models import ModelInput
 
 EXPORT_PATH = "torch.export + coreai_torch.TorchConverter"
 ASSET_NAME = "model.aimodel"
@@ -75,9 +78,12 @@ def _version(package: str) -> str:
 
 def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], input_names: list[str],
                   output_names: list[str], *, precision: str, optimization: dict[str, Any] | None,
-                  dest: Path, calibration: list[list[torch.Tensor]] | None = None) -> CoreaiExportResult:
+                  dest: Path, calibration: list[list[torch.Tensor]] | None = None,
+                  inputs: list[ModelInput] | None = None) -> CoreaiExportResult:
     """Convert `module` and save it as ``dest/model.aimodel``; CoreaiExportError (one line) when a step fails.
-    `calibration` (input lists) feeds activation quantization."""
+    `calibration` (input lists) feeds activation quantization; `inputs` (the pipeline's input specs) make
+    their flexible dimensions dynamic (``backends.flexible.dynamic_shapes``: dimensions with the same bounds
+    share one)."""
     import torch
 
     coreai_torch = import_coreai()
@@ -93,7 +99,8 @@ def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], i
             except Exception as exc:  # noqa: BLE001
                 raise _fail("coreai-opt Quantizer (W8A8)", exc) from None
         try:
-            program = torch.export.export(module, tuple(example_inputs))
+            shapes = dynamic_shapes(inputs, module)
+            program = torch.export.export(module, tuple(example_inputs), dynamic_shapes=shapes)
             program = program.run_decompositions(coreai_torch.get_decomp_table())
         except Exception as exc:  # noqa: BLE001 - one line per failure
             raise _fail("torch.export", exc) from None
