@@ -320,3 +320,24 @@ def test_flexible_shapes_make_one_asset_verified_at_every_size(write_pipeline):
     (cnn,) = [r for r in report.records if r.model == "cnn"]
     assert report.artifacts[cnn.artifact.key]["coreai_asset"]["functions"][0]["inputs"][0]["type"] == \
         "NDArray (Float32, 1 × 3 × ? × ?)"  # height and width: a dimension each (other bounds)
+
+
+def test_the_reference_runtime_stops_with_its_parent_and_at_its_time_limit(asset):
+    import os
+    import subprocess
+    import time
+
+    from mlbench.backends.coreai.reference import LIFELINE_ENV, ReferenceRunError, run_reference
+
+    hang = [sys.executable, "-c", "from mlbench.backends.coreai.reference_child import watch_lifeline\n"
+            "watch_lifeline()\nimport time\ntime.sleep(120)"]
+    started = time.monotonic()
+    with pytest.raises(ReferenceRunError) as info:
+        run_reference(asset, _feeds(), command=hang, timeout_s=2)
+    assert str(info.value) == "the Core AI reference runtime ran past 2 s"
+    assert time.monotonic() - started < 30
+    read, write = os.pipe()  # the parent's side of the lifeline: closing it is what the parent's death does
+    child = subprocess.Popen(hang, env={**os.environ, LIFELINE_ENV: str(read)}, pass_fds=(read,))
+    os.close(read)
+    os.close(write)
+    assert child.wait(timeout=30) == 86

@@ -26,6 +26,8 @@ from mlbench.errors import ReportableError, one_line
 REFERENCE_NOTE = ("Core AI's bundled CPU reference runtime ran the saved asset on this machine (Apple's code, "
                   "single-threaded; not the device's kernels)")
 CHILD = "mlbench.backends.coreai.reference_child"
+LIFELINE_ENV = "MLBENCH_COREAI_LIFELINE"
+"""The environment variable naming the child's lifeline descriptor (reference_child.watch_lifeline)."""
 DEFAULT_TIMEOUT_S = 600.0
 
 
@@ -57,6 +59,27 @@ def _exit_cause(code: int) -> str:
     return exit_cause(code)
 
 
+def _run_child(argv: list[str], timeout_s: float | None) -> subprocess.CompletedProcess[str]:
+    """Run the child with a lifeline: it holds the read end of a pipe whose only write end is ours, and exits
+    at end-of-file, so a measurement killed for its time limit does not leave the runtime running."""
+    lifeline_read, lifeline_write = os.pipe()
+    try:
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, env={**_env(), LIFELINE_ENV: str(lifeline_read)},
+                                   pass_fds=(lifeline_read,))
+    finally:
+        os.close(lifeline_read)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise ReferenceRunError(f"the Core AI reference runtime ran past {timeout_s:g} s") from None
+    finally:
+        os.close(lifeline_write)
+    return subprocess.CompletedProcess(argv, process.returncode, stdout, stderr)
+
+
 def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: str = "main",
                   timeout_s: float | None = DEFAULT_TIMEOUT_S, command: list[str] | None = None) -> ReferenceRun:
     """Run `function` of `asset` once per input dict in `feeds` in a fresh reference-runtime process.
@@ -68,12 +91,7 @@ def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: 
         for index, feed in enumerate(feeds):
             save: Any = np.savez  # typed as if a feed could be named allow_pickle
             save(folder / f"inputs-{index}.npz", **feed)
-        argv = [*(command or [sys.executable, "-m", CHILD]), str(asset), str(folder), function]
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=_env(),
-                                  timeout=timeout_s, check=False)
-        except subprocess.TimeoutExpired:
-            raise ReferenceRunError(f"the Core AI reference runtime ran past {timeout_s:g} s") from None
+        done = _run_child([*(command or [sys.executable, "-m", CHILD]), str(asset), str(folder), function], timeout_s)
         log = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         result_file = folder / "done.json"
         if not result_file.exists():

@@ -85,7 +85,31 @@ async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
                         sorted(times.ops.items(), key=lambda kv: -kv[1][1])]}
 
 
+def watch_lifeline() -> None:
+    """Exit when the process that started this one is gone: the descriptor named by MLBENCH_COREAI_LIFELINE is
+    the read end of a pipe whose only write end that process holds (end-of-file: it closed or died)."""
+    import threading
+
+    fd = os.environ.get("MLBENCH_COREAI_LIFELINE")
+    if fd is None or not fd.isdigit():
+        return
+
+    def watch() -> None:
+        while True:
+            try:
+                data = os.read(int(fd), 1)
+            except InterruptedError:
+                continue
+            except OSError:
+                data = b""
+            if not data:
+                os._exit(86)
+
+    threading.Thread(target=watch, daemon=True, name="lifeline").start()
+
+
 def main(argv: list[str]) -> None:
+    watch_lifeline()
     asset_path, folder, function = Path(argv[0]), Path(argv[1]), argv[2]
     result = asyncio.run(_run(asset_path, folder, function))
     _write_atomic(folder / DONE, lambda handle: handle.write(json.dumps(result).encode()))
