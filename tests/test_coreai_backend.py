@@ -214,6 +214,8 @@ def test_inspect_of_a_folder_without_a_program_is_one_line(tmp_path, capsys):
     folder.mkdir()
     assert main(["inspect", str(folder)]) == 2
     assert capsys.readouterr().err.strip() == f"{folder}: not a Core AI asset (no main.mlirb inside)"
+    assert main(["inspect", str(tmp_path / "missing.aimodel")]) == 2
+    assert capsys.readouterr().err.strip() == f"{tmp_path / 'missing.aimodel'}: no such file or folder"
 
 
 # -- the reference runtime's process ------------------------------------------------------------------

@@ -37,6 +37,8 @@ def analyse_asset(path: Path) -> dict[str, Any]:
     from coreai.authoring import AIModelAsset
 
     path = Path(path)
+    if not path.exists():
+        raise NotAnAsset(f"{path}: no such file or folder")
     if not (path / PROGRAM_FILE).is_file():
         raise NotAnAsset(f"{path}: not a Core AI asset (no {PROGRAM_FILE} inside)")
     summary = AIModelAsset.load(path).summary(include_statistics=True)
