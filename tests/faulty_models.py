@@ -3,14 +3,22 @@
 `Faulty(fault, after)` computes like a small linear model for its first `after` calls of forward (the
 eager reference made while loading), then: `segfault` reads address 0, `exit` calls os._exit(3),
 `hang` sleeps for ever, `allocate` allocates 1 GB blocks without bound, `raise` raises a
-multi-line error. Calls are counted per process: a fresh child starts again from zero.
+multi-line error, `spin` spins in C code holding the GIL (a regular expression that backtracks for
+ever), `spawn` starts `sleep 3000` and hangs, `junk` writes junk to every socket and pipe of its
+process and to stdout, then computes on, `hang_once` hangs only while `path` does not exist (and
+creates it). Calls are counted per process: a fresh child starts again from zero. `spin`, `spawn`
+and `hang_once` first write the process's pid (and the grandchild's) to `path`.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
+import stat
+import subprocess
 import time
+from pathlib import Path
 
 import torch
 
@@ -38,19 +46,48 @@ def _raise() -> None:
     raise ValueError("first line | with a pipe\nsecond line <b>bold</b> `code`")
 
 
-FAULTS = {"segfault": _segfault, "exit": _exit, "hang": _hang, "allocate": _allocate, "raise": _raise}
+def _spin(path: str) -> None:
+    Path(path).write_text(str(os.getpid()))
+    re.match(r"(a+)+$", "a" * 64 + "b")  # years of backtracking in C, the GIL held throughout
+
+
+def _spawn(path: str) -> None:
+    grandchild = subprocess.Popen(["sleep", "3000"])
+    Path(path).write_text(f"{os.getpid()} {grandchild.pid}")
+    _hang()
+
+
+def _junk() -> None:
+    os.write(1, b"junk on stdout\n")
+    for fd in range(3, 256):
+        try:
+            if stat.S_ISSOCK(os.fstat(fd).st_mode) or stat.S_ISFIFO(os.fstat(fd).st_mode):
+                os.write(fd, b"junk" * 4)
+        except OSError:
+            pass
+
+
+def _hang_once(path: str) -> None:
+    if not Path(path).exists():
+        Path(path).write_text(str(os.getpid()))
+        _hang()
+
+
+FAULTS = {"segfault": _segfault, "exit": _exit, "hang": _hang, "allocate": _allocate, "raise": _raise,
+          "spin": _spin, "spawn": _spawn, "junk": _junk, "hang_once": _hang_once}
 
 
 class Faulty(torch.nn.Module):
-    def __init__(self, fault: str, after: int = 1) -> None:
+    def __init__(self, fault: str, after: int = 1, path: str | None = None) -> None:
         super().__init__()
         self.linear = torch.nn.Linear(8, 4)
-        self.fault, self.after, self.calls = fault, after, 0
+        self.fault, self.after, self.calls, self.path = fault, after, 0, path
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
         if self.calls > self.after:
-            FAULTS[self.fault]()
+            fault = FAULTS[self.fault]
+            fault(self.path) if self.path is not None else fault()  # type: ignore[call-arg]
         return self.linear(x)
 
 
@@ -61,3 +98,11 @@ class ExitOnBuild(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
         os._exit(3)
+
+
+class HangOnBuild(torch.nn.Module):
+    """Hangs in its constructor (on any device): every artifact of it would wait out limits.export_s."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        _hang()

@@ -109,6 +109,15 @@ def test_absurd_repeat_counts(write_pipeline):
                             "or lower repeats"]
 
 
+def test_not_a_number_is_called_so(write_pipeline):
+    """NaN compares false with everything: it was refused as "less than or equal to 3600"."""
+    path = write_pipeline(BASE.replace("latency: {warmup: 1, repeats: 3}", "latency: {warmup: 1, repeats: 3, "
+                                       "min_time_s: .nan}\nlimits: {export_s: .nan, measure_s: .inf}"))
+    assert errors(path) == [f"{path}:12:46: latency.min_time_s: Input should be a finite number, got nan",
+                            f"{path}:13:20: limits.export_s: Input should be a finite number, got nan",
+                            f"{path}:13:37: limits.measure_s: Input should be a finite number, got inf"]
+
+
 def test_limits_are_checked_and_overridable_per_target(write_pipeline):
     path = write_pipeline(BASE.replace("seed: 0", "seed: 0\nlimits: {measure_s: 0}"))
     assert errors(path) == [f"{path}:15:21: limits.measure_s: Input should be greater than 0, got 0"]

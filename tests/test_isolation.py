@@ -91,6 +91,7 @@ def check(report, tmp_path) -> None:
     assert {r["variant_id"]: (r["status"], r["error"]) for r in written["records"]} == got
 
 
+@pytest.mark.timeout(300)  # the limits below are what end the hang: a lost one fails here, never hangs CI
 def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, capsys):
     path = write_pipeline(FAULTS)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 1  # finished, with failed variants
@@ -104,12 +105,14 @@ def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, c
     assert "| measure: ValueError: first line \\| with a pipe |" in markdown and "<b>" not in markdown
 
 
+@pytest.mark.timeout(300)
 def test_faults_cost_their_own_variants_with_two_jobs(write_pipeline, tmp_path):
     report = run(load_pipeline(write_pipeline(FAULTS)), jobs=2)
     check(report, tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(400)
 def test_faults_cost_their_own_variants_on_a_dask_cluster(write_pipeline, tmp_path):
     from distributed import LocalCluster
 

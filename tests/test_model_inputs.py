@@ -79,6 +79,7 @@ def test_token_ids_past_the_vocabulary_are_refused(write_pipeline):
 
 
 def test_values_files_are_checked_against_their_inputs(write_pipeline, tmp_path):
+    (tmp_path / "noise.npz").write_bytes(np.random.default_rng(0).bytes(2000))
     np.savez(tmp_path / "ok.npz", input_ids=np.zeros((3, 1, 8), np.int64), attention_mask=np.ones((2, 1, 8), np.int64))
     np.savez(tmp_path / "bad.npz", ids=np.zeros((1, 9), np.int64), other=np.zeros((1, 8), np.float32),
              mask=np.zeros((1, 8), np.float32))
@@ -89,12 +90,16 @@ def test_values_files_are_checked_against_their_inputs(write_pipeline, tmp_path)
         "{name: ids, dtype: int64, shape: [1, 8], values: bad.npz}",
         "{name: missing, dtype: int64, shape: [1, 8], values: bad.npz}",
         "{name: nofile, dtype: int64, shape: [1, 8], values: nofile.npz}",
+        "{name: noise, dtype: int64, shape: [1, 8], values: noise.npz}",
+        "{name: device, dtype: int64, shape: [1, 8], values: /dev/zero}",
     ])
     assert errors(path) == [
         "models[0].inputs[2].values: 'mask' in bad.npz holds float32; the input is int64",
         "models[0].inputs[3].values: 'ids' in bad.npz has shape [1, 9]; expected [1, 8] or [N, 1, 8]",
         "models[0].inputs[4].values: bad.npz has no array 'missing' (it has: ids, other, mask)",
         f"models[0].inputs[5].values: values file not found: {tmp_path / 'nofile.npz'}",
+        "models[0].inputs[6].values: noise.npz is not an .npz archive (numpy.savez writes one)",  # not "pickled data"
+        "models[0].inputs[7].values: values file is not a regular file: /dev/zero",  # it exists: not "not found"
     ]
     good = pipeline(write_pipeline, ["{name: input_ids, dtype: int64, shape: [1, 8], values: ok.npz}",
                                      "{name: attention_mask, dtype: int64, shape: [1, 8], values: ok.npz}"])

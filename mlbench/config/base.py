@@ -45,7 +45,7 @@ class StrictModel(BaseModel):
     pipeline file deserve the key, its place and a suggestion.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -1,18 +1,21 @@
-"""The child process that runs user models for a coordinator: `python -m mlbench.run.child FD LIFELINE MEMORY [WARMUPS]`.
+"""The child process that runs user models for a coordinator: `python -m mlbench.run.child PARENT FD LIFELINE MEMORY [WARMUPS]`.
 
 Everything that imports, builds, exports or calls a user's model happens here, never in the
 coordinator, so a model that segfaults, calls `os._exit`, hangs or eats memory costs this process
 only (`mlbench/run/supervisor.py` notices, fails the variant it was working on, and starts another).
 
-Protocol over the connection FD (pickles framed by `multiprocessing.connection`), one request at a
-time, after the child says ("ready",) once its imports are done (so no time limit pays for them):
+Protocol over the socket FD (pickles in checked frames, `mlbench/run/frames.py`: bytes a model writes
+to a descriptor it does not own fail the work in hand, never the sweep), one request at a time,
+after the child says ("ready",) once its imports are done (so no time limit pays for them):
 
-    → ("export", WorkSpec, Variant, threads | None)   ← ("done", ExportOutcome, stage_seconds)
+    → ("export", WorkSpec, Variant, threads | None)   ← ("stage", subject, "load" | "export")*, then
+                                                         ("done", ExportOutcome, stage_seconds)
     → ("measure", WorkSpec, [Variant], failure | None, threads | None)
                                                        ← ("stage", subject, stage)* interleaved with
                                                          ("finished", record JSON, artifact)*, then
                                                          ("done", None, stage_seconds)
-    → ("counts", WorkSpec, {model})                 ← ("done", {model: parameters}, {})  (export order)
+    → ("counts", WorkSpec, {model})                 ← ("stage", model, "load")* (each model as it is built),
+                                                         ("done", {model: size}, {})  (export order)
     → ("exit",)
     ← ("error", message) when a request itself fails; ← ("interrupted",) on KeyboardInterrupt;
     ← ("log", logger, level, text) at any time: mlbench's warnings, said again by the coordinator.
@@ -20,8 +23,14 @@ time, after the child says ("ready",) once its imports are done (so no time limi
 A measurement runs exactly as it would in the coordinator: the same `run_group`, the same timing
 loop, one variant at a time; the parent only waits on the pipe meanwhile (no polling here).
 
-The child dies with its coordinator: it holds the read end of a pipe whose only write end the
-coordinator holds, and a thread blocked on it (no polling) exits the process at end-of-file.
+The child dies with its coordinator (PARENT, the pid that started it): on Linux the kernel kills it
+when the thread that started it ends (`PR_SET_PDEATHSIG`, set first thing, then a check that PARENT is
+still its parent, for a coordinator that died before that); everywhere, it holds the read end of a
+pipe whose only write end the coordinator holds, and a thread blocked on it (no polling) exits the
+process at end-of-file (which needs the GIL: a model spinning in C code holding it would outlive its
+coordinator but for the kernel's signal). The supervisor starts it in a process group of its own, so
+a kill for a time limit takes whatever the model started too. The socket and the lifeline are not
+inherited by the processes a model starts.
 WARMUPS (comma-separated `BackendSpec.warmups`: a converter's quiet import, or a package name) are
 done after torch's import and before ("ready",), so a child started while the coordinator orders
 the exports has paid for them by the time its first export arrives.
@@ -32,13 +41,29 @@ does not enforce).
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import sys
 import threading
 from typing import Any
 
 EXIT_ORPHANED = 86
 """Exit code of a child whose coordinator died."""
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """Exit now if `parent` is no longer this process's parent; on Linux, have the kernel kill this process
+    when it goes (a signal, not a thread: it works while a model holds the GIL in C code)."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):  # no libc prctl: the lifeline still ends an orphan
+            pass
+    if os.getppid() != parent:  # the coordinator died before the signal was set: too late to be told
+        os._exit(EXIT_ORPHANED)
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -70,7 +95,7 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
     kind = message[0]
     if kind == "export":
         _, spec, variant, threads = message
-        outcome = export_task(spec, variant, threads)
+        outcome = export_task(spec, variant, threads, lambda subject, name: conn.send(("stage", subject, name)))
         conn.send(("done", outcome, _take_seconds(worker_context(spec))))
     elif kind == "measure":
         from mlbench.run.threads import limited_threads
@@ -90,7 +115,8 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
 
         _, spec, models = message
         ctx = worker_context(spec)
-        conn.send(("done", model_sizes(ctx.config, ctx.base_dir, models), {}))
+        sizes = model_sizes(ctx.config, ctx.base_dir, models, lambda name: conn.send(("stage", name, "load")))
+        conn.send(("done", sizes, {}))
     else:
         raise ValueError(f"unknown request {kind!r}")
 
@@ -105,11 +131,12 @@ def _take_seconds(ctx: Any) -> dict[str, float]:
 
 def serve(conn: Any) -> None:
     from mlbench.errors import short_error
+    from mlbench.run.frames import BadFrame, ChannelClosed
 
     while True:
         try:
-            message = conn.recv()
-        except (EOFError, OSError):
+            message = conn.receive()
+        except (ChannelClosed, BadFrame):
             return
         if message[0] == "exit":
             return
@@ -139,14 +166,17 @@ def _forward_logs(conn: Any) -> None:
 
 
 def main(argv: list[str]) -> None:
-    from multiprocessing.connection import Connection
+    from mlbench.run.frames import Channel
 
-    conn_fd, lifeline_fd, memory = (int(a) for a in argv[:3])
-    warmups = [p for p in argv[3].split(",") if p] if len(argv) > 3 else []
+    parent, conn_fd, lifeline_fd, memory = (int(a) for a in argv[:4])
+    die_with_parent(parent)
+    for fd in (conn_fd, lifeline_fd):  # a process the model starts must not hold them
+        os.set_inheritable(fd, False)
+    warmups = [p for p in argv[4].split(",") if p] if len(argv) > 4 else []
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True, name="lifeline").start()
     if memory > 0:
         limit_memory(memory)
-    conn = Connection(conn_fd)
+    conn = Channel(conn_fd)
     _forward_logs(conn)
     import mlbench.run.tasks  # noqa: F401 - imported before the first request, outside its time limit
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from mlbench.cpus import available_cpus
-from mlbench.errors import UserError, short_error
+from mlbench.errors import ReportableError, UserError, short_error
 from mlbench.records import RunRecord
 from mlbench.run.fanout import Work, fan_out
 from mlbench.run.limits import ChildLimits
@@ -65,10 +65,15 @@ class LocalExecutor:
             return
         self.pool.prestart(min(self.jobs, exports), memory_bytes, tuple(warmups))
 
-    def model_sizes(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0) -> dict[str, float]:
+    def model_sizes(self, spec: WorkSpec, models: set[str], memory_bytes: int = 0,
+                    export_s: float | None = None) -> dict[str, float]:
         """model → size (`schedule.size_of`), built on the meta device in a child (a user's model never runs in
-        the coordinator); {} when that child fails or takes longer than COUNTS_S."""
-        counts = ask(self.pool, ("counts", spec, models), memory_bytes, COUNTS_S)
+        the coordinator); {} when that child fails or takes longer than COUNTS_S or `export_s` (a model
+        that hangs in its constructor does so here first: it is not loaded again)."""
+        if export_s is not None and export_s < COUNTS_S:
+            counts = ask(self.pool, ("counts", spec, models), memory_bytes, export_s, "limits.export_s")
+        else:
+            counts = ask(self.pool, ("counts", spec, models), memory_bytes, COUNTS_S)
         return counts if isinstance(counts, dict) else {}
 
     def export(self, spec: WorkSpec, work: list[Work], limits_of: LimitsOf, on_done: OnExported,
@@ -103,6 +108,11 @@ class LocalExecutor:
         if self.pool.startup_seconds():  # children's interpreter start and imports, outside every stage
             self.stage_seconds["child_start"] = self.pool.startup_seconds()
         self.pool.close_in_background()
+
+
+class ClusterLost(ReportableError):
+    """The coordinator lost its Dask scheduler: the run is unfinished (exit 3), and the variants it was
+    waiting for have no record, so `--resume` runs them again."""
 
 
 class DaskExecutor:
@@ -149,6 +159,15 @@ class DaskExecutor:
                         f"(start workers with --resources {name}=1)")
         return None
 
+    def _check_lost(self, exc: Exception) -> None:
+        """Raise ClusterLost when `exc` says the scheduler, not a worker or a task, went away (the client
+        cancels every future it holds then; this executor never cancels one itself)."""
+        from distributed.client import CancelledError
+
+        if isinstance(exc, CancelledError) or self.client.status in ("connecting", "closing", "closed"):
+            raise ClusterLost(f"lost the Dask scheduler at {self.address} ({short_error(exc)}); the variants it "
+                              "had not finished have no record") from exc
+
     def warm(self, warmups: list[str], exports: int, memory_bytes: int = 0) -> None:
         pass  # Dask workers are long-lived: their imports are paid once, before any run
 
@@ -162,9 +181,12 @@ class DaskExecutor:
                    for w in work}
         for future in as_completed(list(futures)):
             try:
-                on_done(future.result())
+                outcome = future.result()
             except Exception as exc:  # noqa: BLE001 - the worker itself was lost: this export failed
+                self._check_lost(exc)
                 on_done(ExportOutcome(futures[future].id, failure=f"the Dask worker failed: {short_error(exc)}"))
+                continue
+            on_done(outcome)
         yield from ()  # records come from `measure` only
 
     def measure(self, spec: WorkSpec, groups: list[list[Variant]], failures: dict[str, str], limits_of: LimitsOf,
@@ -191,6 +213,7 @@ class DaskExecutor:
             try:
                 items: list[dict[str, Any]] = future.result()
             except Exception as exc:  # noqa: BLE001 - the worker itself was lost: its group failed
+                self._check_lost(exc)
                 for variant in futures[future]:
                     yield Finished(failed_record(variant, "failed", f"the Dask worker failed: {short_error(exc)}"))
                 continue
@@ -199,4 +222,4 @@ class DaskExecutor:
                                tuple(item["artifact"]) if item["artifact"] else None)
 
     def close(self) -> None:
-        self.client.close()
+        self.client.close(timeout=10)  # a lost scheduler does not hold the partial report back

@@ -22,6 +22,7 @@ def _worker_pool() -> Iterator[ChildPool]:
     """A pool for this task alone (a worker may run tasks on several threads); kept for the next task."""
     with _LOCK:
         pool = _IDLE_POOLS.pop() if _IDLE_POOLS else ChildPool()
+    pool.load_failures.clear()  # what one task learnt of a model is not another run's
     try:
         yield pool
     finally:

@@ -144,12 +144,13 @@ class Runner:
         from mlbench.backends.registry import specs
         from mlbench.run.schedule import longest_first
 
-        memory = self._limits(to_export[0]).memory_bytes
+        limits = self._limits(to_export[0])
+        memory = limits.memory_bytes
         executor.warm([p for b in {v.backend for v in to_export} for p in specs()[b].warmups()], len(to_export),
                       memory)
         history = self.pipeline.history_path if self.config.history.enabled else None
         return longest_first(to_export, self.config, self.pipeline.base_dir, history,
-                             sizes=lambda models: executor.model_sizes(self.spec, models, memory))
+                             sizes=lambda models: executor.model_sizes(self.spec, models, memory, limits.export_s))
 
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)

@@ -58,8 +58,10 @@ def size_of(module: torch.nn.Module) -> float:
     return leaves + PER_MILLION_PARAMETERS * sum(p.numel() for p in module.parameters()) / 1e6
 
 
-def model_sizes(config: PipelineConfig, base_dir: Path, models: set[str]) -> dict[str, float]:
-    """model name → `size_of`, built on the meta device; models that cannot be built so are left out."""
+def model_sizes(config: PipelineConfig, base_dir: Path, models: set[str],
+                on_model: Callable[[str], None] | None = None) -> dict[str, float]:
+    """model name → `size_of`, built on the meta device; models that cannot be built so are left out
+    (`on_model(name)` before each is built: a supervisor then knows which one hung)."""
     import torch
 
     from mlbench.sources.loading import build_module, resolve_factory
@@ -68,6 +70,8 @@ def model_sizes(config: PipelineConfig, base_dir: Path, models: set[str]) -> dic
     for spec in config.models:
         if spec.name not in models or spec.source is None or spec.source_kind == "saved":
             continue  # saved files are not built on the meta device; a model without a source exports nothing
+        if on_model is not None:
+            on_model(spec.name)
         try:
             if spec.source_kind == "transformers":
                 with torch.device("meta"):

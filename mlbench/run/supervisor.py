@@ -5,211 +5,25 @@ their pipes with a deadline: a variant past its time limit gets its child killed
 dies (a signal, `os._exit`, the out-of-memory killer) fails the variant(s) it was working on with
 the cause on one line. The other variants go on in a fresh child; the sweep never stops for it.
 
-Children are kept between requests (torch is imported once per child, the last model stays
-built), one pool per coordinator; a child's memory limit is fixed when it starts, so a request
-needing another limit gets another child.
+The children themselves (started, pooled, killed with what they started) are `children.py`'s. A
+model that fails while loading (a hang in `__init__`, a crash) fails the other artifacts of that
+model at once, with a reason that says so: the same model would do the same again.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
-from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import Any
 
 from mlbench.records import RunRecord
-from mlbench.run.limits import ChildLimits, exit_cause, memory_note, out_of_memory
+from mlbench.run.children import Child, ChildDied, ChildPool
+from mlbench.run.frames import TIMEOUT
+from mlbench.run.limits import ChildLimits, memory_note, out_of_memory
 from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, failed_record, utc_now
 
-TIMEOUT = object()
-"""What `Child.receive` gives when the deadline passed with nothing to read."""
-STARTUP_S = 600.0
-"""How long a child may take to import what it needs before its first request."""
-
-
-class ChildDied(Exception):
-    """The child's pipe closed: it exited or was killed."""
-
-
-def _child_env() -> dict[str, str]:
-    """This environment, with the folder this mlbench was imported from first on the path."""
-    import mlbench
-
-    root = str(Path(mlbench.__file__).resolve().parent.parent)
-    path = os.environ.get("PYTHONPATH")
-    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
-
-
-class Child:
-    """One child process and the two ends the coordinator holds: the request pipe and the lifeline."""
-
-    def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = ()) -> None:
-        self.spawned = time.perf_counter()
-        self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
-        parent_end, child_end = socket.socketpair()
-        lifeline_read, self._lifeline = os.pipe()  # the child exits when this write end closes
-        try:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "mlbench.run.child", str(child_end.fileno()), str(lifeline_read),
-                 str(memory_bytes), ",".join(warmups)],
-                pass_fds=(child_end.fileno(), lifeline_read), stdin=subprocess.DEVNULL,
-                stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
-                env=_child_env(),
-            )
-        except BaseException:
-            parent_end.close()
-            os.close(self._lifeline)
-            raise
-        finally:
-            child_end.close()
-            os.close(lifeline_read)
-        self.conn = Connection(parent_end.detach())
-        self.memory_bytes = memory_bytes
-        self.busy = False
-        self.ready = False
-
-    def wait_ready(self) -> None:
-        """Wait for the child's imports (outside any time limit); ChildDied if it never gets there."""
-        if not self.ready:
-            message = self.receive(time.monotonic() + STARTUP_S)
-            if message is TIMEOUT or message[0] != "ready":
-                self.kill()
-                raise ChildDied
-            self.ready = True
-            self.startup_s = time.perf_counter() - self.spawned
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        self.wait_ready()
-        try:
-            self.conn.send(message)
-        except OSError:
-            raise ChildDied from None
-
-    def receive(self, deadline: float | None) -> Any:
-        """The next message, TIMEOUT once `deadline` (time.monotonic) passes, ChildDied if it died."""
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        try:
-            if not self.conn.poll(timeout):
-                return TIMEOUT
-            return self.conn.recv()
-        except (EOFError, OSError):
-            raise ChildDied from None
-
-    def cause(self) -> str:
-        """How the child ended, after its pipe closed: `was killed by SIGSEGV (…)`, `exited with code 3`."""
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            return "closed its pipe and stopped answering"
-        return exit_cause(self.process.returncode)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._close_ends()
-
-    def close(self) -> None:
-        """Ask the child to exit, then make sure it has."""
-        try:
-            self.conn.send(("exit",))
-            self.process.wait(timeout=5)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
-    def _close_ends(self) -> None:
-        if not self.conn.closed:
-            self.conn.close()
-        if self._lifeline >= 0:
-            os.close(self._lifeline)
-            self._lifeline = -1
-
-
-def _close_all(children: list[Child]) -> None:
-    for child in children:
-        child.close()
-
-
-def _close_in_background(children: list[Child]) -> None:
-    """An interpreter holding torch and a converter takes a second or two to exit: let it, off the
-    run's critical path (the lifeline still ends a child whose coordinator exits first)."""
-    if children:
-        threading.Thread(target=_close_all, args=(children,), name="mlbench-children-exit", daemon=True).start()
-
-
-class ChildPool:
-    """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
-
-    def __init__(self) -> None:
-        self.children: list[Child] = []
-        self._ended_startup_s = 0.0
-        self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
-
-    def startup_seconds(self) -> float:
-        """Seconds every child so far spent starting (summed: children started together overlap)."""
-        return self._ended_startup_s + sum(c.startup_s for c in self.children)
-
-    def _forget(self, child: Child) -> None:
-        with self._lock:
-            if child in self.children:
-                self._ended_startup_s += child.startup_s
-                self.children.remove(child)
-
-    def acquire(self, memory_bytes: int) -> Child:
-        with self._lock:
-            for child in self.children:
-                if not child.busy and child.memory_bytes == memory_bytes and child.process.poll() is None:
-                    child.busy = True
-                    return child
-            child = Child(memory_bytes)
-            child.busy = True
-            self.children.append(child)
-            return child
-
-    def prestart(self, count: int, memory_bytes: int, warmups: tuple[str, ...] = ()) -> None:
-        """Start up to `count` idle children now, each importing torch and doing `warmups`, so their imports
-        overlap with each other and with whatever the coordinator does meanwhile (ordering the exports)."""
-        with self._lock:
-            idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
-            for _ in range(count - len(idle)):
-                self.children.append(Child(memory_bytes, warmups))
-
-    def release(self, child: Child) -> None:
-        child.busy = False
-
-    def discard(self, child: Child) -> None:
-        """Kill a child that failed or ran past its limit; the next request gets a fresh one."""
-        child.kill()
-        self._forget(child)
-
-    def trim(self, keep: int) -> None:
-        """Close idle children beyond `keep` (after the parallel exports: measurements run alone)."""
-        with self._lock:
-            idle = [c for c in self.children if not c.busy][keep:]
-        for child in idle:
-            self._forget(child)
-        _close_in_background(idle)
-
-    def close_in_background(self) -> None:
-        """Forget every child and let them exit while the caller goes on (writing the reports)."""
-        with self._lock:
-            children = list(self.children)
-        for child in children:
-            self._forget(child)
-        _close_in_background(children)
-
-    def close(self) -> None:
-        for child in list(self.children):
-            child.close()
-            self._forget(child)
+LOADING = "while loading the model"
+__all__ = ["Child", "ChildDied", "ChildPool", "ask", "export_one", "measure_group"]
 
 
 def _relog(message: tuple[Any, ...]) -> None:
@@ -228,20 +42,39 @@ def _add(total: dict[str, float], seconds: dict[str, float] | None) -> None:
         total[name] = total.get(name, 0.0) + value
 
 
-def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: float) -> Any:
+def _failed_loading(pool: ChildPool, model: str, subject: str, cause: str) -> None:
+    """Remember that `model` could not be loaded (for `subject`): its other artifacts fail at once."""
+    pool.load_failures.setdefault(model, f"not tried, the same model failed to load for {subject}: {cause}")
+
+
+def _died(child: Child, died: ChildDied, doing: str, limits: ChildLimits) -> str:
+    """The one-line cause of a child that died or garbled its channel `doing` something."""
+    return child.cause(died, doing) + ("" if died.garbled else memory_note(limits, child.process.returncode))
+
+
+def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: float,
+        limit: str = "mlbench's own limit for it") -> Any:
     """One short request answered by ("done", result, ...) in a child of `pool`; None if the child
     failed, died or took longer than `seconds` (it is then discarded). For what only informs the
-    coordinator (the model sizes that order the exports), never for a variant's own work."""
+    coordinator (the model sizes that order the exports), never for a variant's own work. A model
+    that was being built when the time ran out ("stage" messages say which) is not loaded again."""
     child = pool.acquire(memory_bytes)
+    building: str | None = None
     try:
         child.send(request)  # waits for a fresh child's imports first
         deadline = time.monotonic() + seconds
         while True:
             message = child.receive(deadline)
             if message is TIMEOUT:
+                if building is not None:
+                    _failed_loading(pool, building, "the export order", f"timed out after {seconds:g} s while "
+                                    f"building it on the meta device to size it ({limit})")
                 break
             if message[0] == "log":
                 _relog(message)
+                continue
+            if message[0] == "stage":
+                building = message[1]
                 continue
             if message[0] == "done":
                 pool.release(child)
@@ -252,6 +85,9 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
             return None
     except ChildDied:
         pass
+    except BaseException:
+        pool.discard(child)
+        raise
     pool.discard(child)
     return None
 
@@ -259,28 +95,41 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
 def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimits, threads: int | None,
                seconds: dict[str, float]) -> ExportOutcome:
     """Build one artifact in a child of `pool`; a child that dies or runs past `limits.export_s` fails
-    this export only (the child is discarded, the next request gets a fresh one)."""
+    this export only (the child is discarded, the next request gets a fresh one), and when that
+    happens while loading the model, the model's other artifacts are not tried."""
+    known = pool.load_failures.get(variant.model)
+    if known is not None:
+        return ExportOutcome(variant.id, failure=known)
     child = pool.acquire(limits.memory_bytes)
-    doing = f"while exporting {variant.artifact_id}"
+    doing, lost = "while starting", False
     try:
         child.send(("export", spec, variant, threads))  # waits for a fresh child's imports first
-        deadline = _deadline(limits.export_s)
+        doing, deadline = LOADING, _deadline(limits.export_s)
         while True:
             message = child.receive(deadline)
             if message is TIMEOUT:
                 pool.discard(child)
-                return ExportOutcome(variant.id, failure=f"timed out after {limits.export_s:g} s {doing} "
-                                                         "(limits.export_s)")
+                failure = f"timed out after {limits.export_s:g} s {doing} (limits.export_s)"
+                lost = True
+                break
             if message[0] == "log":
                 _relog(message)
+                continue
+            if message[0] == "stage":
+                doing = LOADING if message[2] == "load" else f"while exporting {variant.artifact_id}"
                 continue
             outcome = _export_reply(message, variant, limits, seconds)
             pool.release(child)
             return outcome
-    except ChildDied:
-        failure = f"the process {child.cause()} {doing}{memory_note(limits, child.process.returncode)}"
+    except ChildDied as died:
+        failure, lost = _died(child, died, doing, limits), True
         pool.discard(child)
-        return ExportOutcome(variant.id, failure=failure)
+    except BaseException:
+        pool.discard(child)
+        raise
+    if lost and doing == LOADING:
+        _failed_loading(pool, variant.model, variant.artifact_id, failure)
+    return ExportOutcome(variant.id, failure=failure)
 
 
 def _export_reply(message: tuple[Any, ...], variant: Any, limits: ChildLimits,
@@ -302,21 +151,26 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
     """Export (or fetch) one artifact and measure its variants in a child, one at a time (`threads`: the
     child's thread count while it works, when it shares the cores with other children).
 
-    A child that dies or runs out of time while loading or exporting fails every variant left; one
-    that dies while measuring a variant fails that variant, and the rest go on in a fresh child.
+    A child that dies or runs out of time while loading or exporting fails every variant left (and,
+    while loading, the model's other artifacts are not tried); one that dies while measuring a variant
+    fails that variant, and the rest go on in a fresh child.
     """
     stage = on_stage or (lambda subject, name: None)
     remaining = list(group)
+    known = pool.load_failures.get(group[0].model)
+    if known is not None:
+        for variant in remaining:
+            yield Finished(failed_record(variant, "failed", known))
+        return
     while remaining:
         child = pool.acquire(limits.memory_bytes)
         current: Any = None
-        doing, limit_name = "while starting", "export_s"
+        doing, limit_name, lost = "while starting", "export_s", True
         started, t0 = utc_now(), time.perf_counter()
         cause: str
         try:
             child.send(("measure", spec, remaining, None, threads))  # waits for a fresh child's imports first
-            doing, deadline, started, t0 = ("while loading the model", _deadline(limits.export_s), utc_now(),
-                                            time.perf_counter())
+            doing, deadline, started, t0 = LOADING, _deadline(limits.export_s), utc_now(), time.perf_counter()
             while True:
                 message = child.receive(deadline)
                 if message is TIMEOUT:
@@ -353,11 +207,16 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
                     raise KeyboardInterrupt
                 else:  # "error": the request itself failed
                     pool.discard(child)
-                    cause = f"the measurement process failed: {message[1]}"
+                    cause, lost = f"the measurement process failed: {message[1]}", False
                     break
-        except ChildDied:
-            cause = f"the process {child.cause()} {doing}{memory_note(limits, child.process.returncode)}"
+        except ChildDied as died:
+            cause = _died(child, died, doing, limits)
             pool.discard(child)
+        except BaseException:  # Ctrl-C, or the caller stopped: the work in hand is abandoned
+            pool.discard(child)
+            raise
+        if lost and doing == LOADING:  # timed out or died building the model
+            _failed_loading(pool, remaining[0].model, remaining[0].artifact_id, cause)
         failed = [current] if current is not None else list(remaining)
         for variant in failed:
             yield Finished(failed_record(variant, "failed", cause, started=started, t0=t0))

@@ -128,13 +128,17 @@ class ExportOutcome:
     built_key: str | None = None  # set when this call built the entry (a cache miss)
 
 
-def export_artifact(ctx: WorkContext, variant: Variant) -> ExportOutcome:
-    """Make sure the variant's artifact is in the cache; failures come back as one line."""
+def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) -> ExportOutcome:
+    """Make sure the variant's artifact is in the cache; failures come back as one line (`on_stage(subject,
+    name)`: "load" then "export", as `run_group` says them)."""
+    stage = on_stage or (lambda subject, name: None)
     try:
+        stage(variant.model, "load")
         model = ctx.model(variant.model)
     except Exception as exc:  # noqa: BLE001 - reported with the variants
         return ExportOutcome(variant.id, failure=_model_failure(exc))
     try:
+        stage(variant.artifact_id, "export")
         with ctx.timed("export"):
             exported = ctx.backend(variant).export(model, variant)
     except VariantSkipped:
@@ -218,12 +222,12 @@ def worker_context(spec: WorkSpec) -> WorkContext:
     return _CONTEXT[1]
 
 
-def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None) -> ExportOutcome:
+def export_task(spec: WorkSpec, variant: Variant, threads: int | None = None, on_stage: Any = None) -> ExportOutcome:
     """In a child process: build one artifact. The variant travels itself: no worker re-expands the matrix."""
     from mlbench.run.threads import limited_threads
 
     with limited_threads(threads):
-        return export_artifact(worker_context(spec), variant)
+        return export_artifact(worker_context(spec), variant, on_stage)
 
 
 def warm_task(warmups: list[str]) -> list[str]:

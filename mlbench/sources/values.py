@@ -6,6 +6,7 @@ leading axis; every input of a model that gives values must give as many samples
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,8 +27,12 @@ def read_values(item: ModelInput, base_dir: Path) -> np.ndarray:
     assert item.values is not None
     path = item.values if item.values.is_absolute() else base_dir / item.values
     name = item.values.name
-    if not path.is_file():
+    if not path.exists():
         raise ValuesError(f"values file not found: {path}")
+    if not path.is_file():
+        raise ValuesError(f"values file is not a regular file: {path}")
+    if not zipfile.is_zipfile(path):  # np.load would call any other bytes "pickled data"
+        raise ValuesError(f"{name} is not an .npz archive (numpy.savez writes one)")
     try:
         with np.load(path, allow_pickle=False) as data:
             if item.name not in data.files:

@@ -1,0 +1,268 @@
+"""The child processes that run user models (`mlbench/run/child.py`), as the coordinator holds them.
+
+A child is started from one long-lived thread of this process, because Linux's parent-death signal
+(which the child asks for first thing) follows the *thread* that forked it, and the pool's own threads
+come and go. It leads a process group of its own: a kill (a time limit, a bad message, a failed
+request) takes whatever its model started too. `supervisor.py` sends it requests under time limits.
+
+Children are kept between requests (torch is imported once per child, the last model stays built),
+one pool per coordinator; a child's memory limit is fixed when it starts, so a request needing
+another limit gets another child.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mlbench.run.frames import TIMEOUT, BadFrame, Channel, ChannelClosed
+from mlbench.run.limits import exit_cause
+
+STARTUP_S = 600.0
+"""How long a child may take to import what it needs before its first request."""
+LOADING = "while loading the model"
+
+
+class ChildDied(Exception):
+    """The child's channel closed (it exited or was killed), or carried bytes that are not a message
+    (`garbled`: what was wrong)."""
+
+    def __init__(self, garbled: str | None = None) -> None:
+        super().__init__(garbled or "")
+        self.garbled = garbled
+
+
+class _Spawner:
+    """Starts processes from one daemon thread that lives as long as this process (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._requests: queue.SimpleQueue[tuple[list[str], dict[str, Any], list[Any], threading.Event]] = (
+            queue.SimpleQueue())
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="mlbench-spawner", daemon=True)
+                self._thread.start()
+        box: list[Any] = []
+        done = threading.Event()
+        self._requests.put((argv, kwargs, box, done))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+    def _serve(self) -> None:
+        while True:
+            argv, kwargs, box, done = self._requests.get()
+            try:
+                box.append(subprocess.Popen(argv, **kwargs))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the asking thread
+                box.append(exc)
+            done.set()
+
+
+_SPAWNER = _Spawner()
+
+
+def _child_env() -> dict[str, str]:
+    """This environment, with the folder this mlbench was imported from first on the path."""
+    import mlbench
+
+    root = str(Path(mlbench.__file__).resolve().parent.parent)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root if not path else f"{root}{os.pathsep}{path}"}
+
+
+class Child:
+    """One child process and the two ends the coordinator holds: the request pipe and the lifeline."""
+
+    def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = ()) -> None:
+        self.spawned = time.perf_counter()
+        self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
+        parent_end, child_end = socket.socketpair()
+        lifeline_read, self._lifeline = os.pipe()  # the child exits when this write end closes
+        try:
+            self.process = _SPAWNER.popen(
+                [sys.executable, "-m", "mlbench.run.child", str(os.getpid()), str(child_end.fileno()),
+                 str(lifeline_read), str(memory_bytes), ",".join(warmups)],
+                pass_fds=(child_end.fileno(), lifeline_read), stdin=subprocess.DEVNULL,
+                stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
+                env=_child_env(), start_new_session=True,  # its own process group: a kill takes its children
+            )
+        except BaseException:
+            parent_end.close()
+            os.close(self._lifeline)
+            raise
+        finally:
+            child_end.close()
+            os.close(lifeline_read)
+        self.conn = Channel(parent_end.detach())
+        self.memory_bytes = memory_bytes
+        self.busy = False
+        self.ready = False
+
+    def wait_ready(self) -> None:
+        """Wait for the child's imports (outside any time limit); ChildDied if it never gets there."""
+        if not self.ready:
+            message = self.receive(time.monotonic() + STARTUP_S)
+            if message is TIMEOUT or message[0] != "ready":
+                self.kill()
+                raise ChildDied("a first message that is not ready" if message is not TIMEOUT else None)
+            self.ready = True
+            self.startup_s = time.perf_counter() - self.spawned
+
+    def send(self, message: tuple[Any, ...]) -> None:
+        self.wait_ready()
+        try:
+            self.conn.send(message)
+        except OSError:
+            raise ChildDied from None
+
+    def receive(self, deadline: float | None) -> Any:
+        """The next message, TIMEOUT once `deadline` (time.monotonic) passes, ChildDied if it died or
+        sent bytes that are not a message."""
+        try:
+            return self.conn.receive(deadline)
+        except ChannelClosed:
+            raise ChildDied from None
+        except BadFrame as exc:
+            raise ChildDied(str(exc)) from None
+
+    def cause(self, died: ChildDied, doing: str) -> str:
+        """Why the child failed, on one line: `the process was killed by SIGSEGV (…) while measuring`."""
+        if died.garbled:
+            self.kill()
+            return (f"the process wrote bytes that are not mlbench's messages to its channel ({died.garbled}) "
+                    f"{doing}: did the model write to a file descriptor it does not own?")
+        return f"the process {self._ended()} {doing}"
+
+    def _ended(self) -> str:
+        """How the child ended, after its pipe closed: `was killed by SIGSEGV (…)`, `exited with code 3`."""
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return "closed its pipe and stopped answering"
+        return exit_cause(self.process.returncode)
+
+    def kill(self) -> None:
+        """Kill the child and its process group (what its model started), and reap it."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._close_ends()
+
+    def close(self) -> None:
+        """Ask the child to exit, then make sure it has."""
+        try:
+            self.conn.send(("exit",))
+            self.process.wait(timeout=5)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def _close_ends(self) -> None:
+        if not self.conn.closed:
+            self.conn.close()
+        if self._lifeline >= 0:
+            os.close(self._lifeline)
+            self._lifeline = -1
+
+
+def _close_all(children: list[Child]) -> None:
+    for child in children:
+        child.close()
+
+
+def _close_in_background(children: list[Child]) -> None:
+    """An interpreter holding torch and a converter takes a second or two to exit: let it, off the
+    run's critical path (the lifeline still ends a child whose coordinator exits first)."""
+    if children:
+        threading.Thread(target=_close_all, args=(children,), name="mlbench-children-exit", daemon=True).start()
+
+
+class ChildPool:
+    """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
+
+    def __init__(self) -> None:
+        self.children: list[Child] = []
+        self._ended_startup_s = 0.0
+        self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
+        self.load_failures: dict[str, str] = {}
+        """model name → why it could not be loaded, said once (the supervisor fails its other artifacts at once)"""
+
+    def startup_seconds(self) -> float:
+        """Seconds every child so far spent starting (summed: children started together overlap)."""
+        return self._ended_startup_s + sum(c.startup_s for c in self.children)
+
+    def _forget(self, child: Child) -> None:
+        with self._lock:
+            if child in self.children:
+                self._ended_startup_s += child.startup_s
+                self.children.remove(child)
+
+    def acquire(self, memory_bytes: int) -> Child:
+        with self._lock:
+            for child in self.children:
+                if not child.busy and child.memory_bytes == memory_bytes and child.process.poll() is None:
+                    child.busy = True
+                    return child
+            child = Child(memory_bytes)
+            child.busy = True
+            self.children.append(child)
+            return child
+
+    def prestart(self, count: int, memory_bytes: int, warmups: tuple[str, ...] = ()) -> None:
+        """Start up to `count` idle children now, each importing torch and doing `warmups`, so their imports
+        overlap with each other and with whatever the coordinator does meanwhile (ordering the exports)."""
+        with self._lock:
+            idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
+            for _ in range(count - len(idle)):
+                self.children.append(Child(memory_bytes, warmups))
+
+    def release(self, child: Child) -> None:
+        child.busy = False
+
+    def discard(self, child: Child) -> None:
+        """Kill a child that failed or ran past its limit; the next request gets a fresh one."""
+        child.kill()
+        self._forget(child)
+
+    def trim(self, keep: int) -> None:
+        """Close idle children beyond `keep` (after the parallel exports: measurements run alone)."""
+        with self._lock:
+            idle = [c for c in self.children if not c.busy][keep:]
+        for child in idle:
+            self._forget(child)
+        _close_in_background(idle)
+
+    def close_in_background(self) -> None:
+        """Forget every child and let the idle ones exit while the caller goes on (writing the reports); one
+        still busy (the run was interrupted, or failed) is killed now, with what its model started."""
+        with self._lock:
+            children = list(self.children)
+        for child in children:
+            self._forget(child)
+            if child.busy:
+                child.kill()
+        _close_in_background([c for c in children if not c.busy])
+
+    def close(self) -> None:
+        for child in list(self.children):
+            child.close()
+            self._forget(child)
