@@ -72,7 +72,7 @@ def test_bad_axis_value_points_at_the_value(write_pipeline):
 def test_unknown_backend_suggests(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("backend: torch", "backend: troch"))
     assert error_lines(path) == [
-        f"{path}:11:14: targets[0].backend: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime)"
+        f"{path}:11:14: targets[0].backend: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime, coreai)"
     ]
 
 
