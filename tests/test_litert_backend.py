@@ -63,9 +63,13 @@ def test_float32_is_measured_verified_and_placed_on_xnnpack(tiny_run):
     assert record.latency.threads == 1 and len(record.latency.samples) >= 3 and record.latency.source == "measured"
     assert record.metrics["size.package"].value == record.artifact.size_bytes > 0
     placement = record.placement
-    assert placement.preferred == "xnnpack" and placement.by_count == {"xnnpack": 1.0, "cpu": 0.0}
-    assert placement.by_cost is None and "no per-operator profiler" in placement.note
-    assert record.metrics["placement.xnnpack"].value is None  # no cost per operation: absent, with the reason
+    assert placement.preferred == "cpu" and placement.by_count == {"cpu": 1.0} and placement.by_cost is None
+    assert {op.provider for op in placement.ops} == {"XNNPACK delegate"}
+    assert placement.note.startswith(f"{placement.compute_ops} of {placement.compute_ops} operations on XNNPACK in 1 ")
+    assert "no per-operator profiler" in placement.note
+    delegated = record.metrics["delegated.xnnpack"]
+    assert (delegated.value, delegated.unit, delegated.source) == (1.0, "ratio", "measured")
+    assert record.metrics["placement.cpu"].value is None  # no cost per operation: absent, with the reason
     # NCHW in: the converter keeps the module's layout and puts the TRANSPOSEs to NHWC inside the graph
     ops = record.details["tflite_ops"]
     assert ops["CONV_2D"] == 3 and ops["TRANSPOSE"] >= 1 and ops["FULLY_CONNECTED"] == 1
@@ -112,11 +116,12 @@ def test_full_int8_is_calibrated_on_the_verify_samples_and_fed_quantized(tiny_ru
 
 def test_xnnpack_leaves_int4_dequantize_to_the_reference_kernels(tiny_run):
     _, report = tiny_run
-    placement = records(report)["float32/w4/1"].placement
-    off = {op.op_type for op in placement.ops if op.device == "cpu"}
-    assert "dequantize" in off
-    assert 0 < placement.by_count["xnnpack"] < 1 and placement.switches > 0
-    assert all(op.provider == "LiteRT reference (builtin) kernels" for op in placement.ops if op.device == "cpu")
+    record = records(report)["float32/w4/1"]
+    reference = [op for op in record.placement.ops if op.provider == "LiteRT reference (builtin) kernels"]
+    assert "dequantize" in {op.op_type for op in reference}
+    assert all(op.reason.startswith("XNNPACK did not take this operation") for op in reference)
+    share = record.metrics["delegated.xnnpack"].value
+    assert share == pytest.approx(1 - len(reference) / record.placement.compute_ops) and 0 < share < 1
 
 
 def test_float16_with_a_recipe_is_skipped_with_the_reason(tiny_run):

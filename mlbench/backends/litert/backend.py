@@ -149,7 +149,14 @@ class LitertBackend(Backend):
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import ai_edge_litert
 
-        from mlbench.backends.litert.runtime import NO_OP_TIMES, Runner, build_placement, interpreter, op_counts
+        from mlbench.backends.litert.runtime import (
+            DELEGATED_METRIC,
+            NO_OP_TIMES,
+            Runner,
+            build_placement,
+            interpreter,
+            op_counts,
+        )
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -174,8 +181,9 @@ class LitertBackend(Backend):
         verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision, name),
                                  min_snr_db=self.config.verify.min_snr_db_for(precision, name), reference_name=REFERENCE)
         ops = list(interp._get_ops_details())
-        placement = build_placement(ops, threads)
+        placement, share = build_placement(ops, threads)
         metrics = {
+            DELEGATED_METRIC: Metric.measured(share, "ratio"),
             "size.package": Metric.measured(exported.info.size_bytes if exported.info else 0, "bytes"),
             "ops.compute": Metric.measured(placement.compute_ops, "count"),
         }

@@ -119,13 +119,15 @@ def _quantize(flatbuffer: bytes, recipe: Any, calibration: list[dict[str, np.nda
     return bytes(quantized)
 
 
-def signature_inputs(flatbuffer: bytes | Path) -> list[str]:
-    """The input names of the model's serving signature, in the module's argument order."""
+def signature_inputs(flatbuffer: bytes | Path) -> list[tuple[str, Any]]:
+    """(name, dtype) of the serving signature's inputs, in the module's argument order (int64 inputs are int32:
+    the converter narrows 64-bit types)."""
     from ai_edge_litert.interpreter import Interpreter
 
     content = flatbuffer.read_bytes() if isinstance(flatbuffer, Path) else flatbuffer
     interpreter = Interpreter(model_content=content)
-    return list(interpreter.get_signature_list()[SIGNATURE]["inputs"])
+    details = interpreter.get_signature_runner(SIGNATURE).get_input_details()
+    return [(name, details[name]["dtype"]) for name in interpreter.get_signature_list()[SIGNATURE]["inputs"]]
 
 
 def export_tflite(
@@ -162,7 +164,8 @@ def export_tflite(
                 if not calibration:
                     raise ValueError("full_int8 needs calibration samples (the model's values or seeded inputs)")
                 names = signature_inputs(flatbuffer)
-                feeds = [dict(zip(names, sample)) for sample in calibration]
+                feeds = [{name: array.astype(dtype, copy=False) for (name, dtype), array in zip(names, sample)}
+                         for sample in calibration]
                 used = len(feeds)
             flatbuffer = _quantize(flatbuffer, _recipe(scheme), feeds, messages)
             quantization = RECIPE_API[scheme]

@@ -11,7 +11,8 @@ import numpy as np
 from mlbench.backends.litert.export import SIGNATURE
 from mlbench.records import OpPlacement, Placement
 
-XNNPACK = "xnnpack"
+XNNPACK_PROVIDER = "XNNPACK delegate"
+DELEGATED_METRIC = "delegated.xnnpack"
 REFERENCE_KERNELS = "LiteRT reference (builtin) kernels"
 DELEGATE_OP = "DELEGATE"
 NO_OP_TIMES = ("ai-edge-litert's Python interpreter exposes no per-operator profiler (the native benchmark_model "
@@ -94,27 +95,28 @@ def delegated(ops: list[dict[str, Any]]) -> dict[int, bool]:
     return taken
 
 
-def build_placement(ops: list[dict[str, Any]], threads: int) -> Placement:
-    """Placement by count: XNNPACK for the delegated operations, the CPU's reference kernels for the rest."""
+def build_placement(ops: list[dict[str, Any]], threads: int) -> tuple[Placement, float]:
+    """Placement (every operation on the CPU; `provider` says XNNPACK or the reference kernels) and the share
+    of the compute operations the XNNPACK delegate took."""
     taken = delegated(ops)
     placed = []
     for op in (op for op in ops if op["op_name"] != DELEGATE_OP):
         on_xnnpack = taken[op["index"]]
         placed.append(OpPlacement(
-            name=f"{op['index']}:{op['op_name']}", op_type=op["op_name"].lower(),
-            device=XNNPACK if on_xnnpack else "cpu", provider="XNNPACK delegate" if on_xnnpack else REFERENCE_KERNELS,
+            name=f"{op['index']}:{op['op_name']}", op_type=op["op_name"].lower(), device="cpu",
+            provider=XNNPACK_PROVIDER if on_xnnpack else REFERENCE_KERNELS,
             reason=None if on_xnnpack else "XNNPACK did not take this operation (type or data type unsupported)"))
-    count = len(placed) or 1
-    on = sum(1 for p in placed if p.device == XNNPACK)
-    by_count = {XNNPACK: on / count, "cpu": (len(placed) - on) / count} if placed else {}
-    switches = sum(1 for a, b in zip(placed, placed[1:]) if a.device != b.device)
+    on = sum(1 for p in placed if p.provider == XNNPACK_PROVIDER)
+    share = on / len(placed) if placed else 0.0
     partitions = sum(1 for op in ops if op["op_name"] == DELEGATE_OP)
-    return Placement(
-        source="measured", method="LiteRT interpreter execution plan (XNNPACK delegate)", preferred=XNNPACK,
-        compute_ops=len(placed), constants=0, by_count=by_count, by_cost=None, cost_basis=None, switches=switches,
-        note=f"{on} of {len(placed)} operations in {partitions} XNNPACK partition(s), {threads} thread(s); "
-        f"no cost per operation: {NO_OP_TIMES}",
+    placement = Placement(
+        source="measured", method="LiteRT interpreter execution plan (XNNPACK delegate)", preferred="cpu",
+        compute_ops=len(placed), constants=0, by_count={"cpu": 1.0} if placed else {}, by_cost=None, cost_basis=None,
+        switches=0,
+        note=f"{on} of {len(placed)} operations on XNNPACK in {partitions} partition(s), the rest on LiteRT's "
+        f"reference kernels; {threads} thread(s); no cost per operation: {NO_OP_TIMES}",
         ops=placed)
+    return placement, share
 
 
 def op_counts(ops: list[dict[str, Any]]) -> dict[str, int]:
