@@ -71,3 +71,19 @@ def test_a_missing_package_is_one_line_naming_the_extra(monkeypatch):
     else:
         assert str(info.value) == ("the litert backend needs litert-torch and ai-edge-litert: pip install "
                                    "'mlbench-ondevice[litert]' (ai-edge-litert is not installed)")
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(importlib.util.find_spec("litert_torch") is not None, reason="litert-torch is installed here")
+def test_without_the_extra_a_run_skips_litert_variants_with_one_line(write_pipeline, tmp_path):
+    pytest.importorskip("torch")
+    from mlbench.run.runner import run
+
+    text = PIPELINE.replace("precision: [float32, float16]", "precision: float32").replace(
+        "optimize: [none, dyn8]", "optimize: none").replace("threads: [1, 2]", "threads: 1")
+    report = run(load_pipeline(write_pipeline(text + f"cache: {{dir: {tmp_path}/cache}}\n"
+                                                     f"report: {{dir: {tmp_path}/out, formats: [json]}}\n")))
+    (record,) = report.records
+    assert record.status == "skipped"
+    assert record.error == ("the litert backend needs litert-torch and ai-edge-litert: pip install "
+                            "'mlbench-ondevice[litert]' (litert-torch is not installed)")

@@ -37,7 +37,6 @@ class LitertQuantizeRecipe(StrictModel):
     kind: Literal["litert_quantize"]
     scheme: Literal["dynamic_int8", "weight_only_int8", "full_int8", "weight_only_int4"] = Field(
         description="Which quantization (see docs/backends/litert.md for the API each uses).")
-    per_channel: bool = Field(default=True, description="One scale per output channel (else per tensor).")
 
 
 class LitertTarget(TargetBase):
