@@ -148,3 +148,34 @@ def test_a_model_the_converter_cannot_take_is_one_line(tmp_path):
     assert message.startswith("LiteRT export failed: litert_torch.convert: ")
     assert "\n" not in message and len(message) < 300
     assert list(tmp_path.iterdir()) == []
+
+
+TEXT = f"""\
+version: 1
+name: lt-text
+models:
+  - name: text
+    source: {ROOT}/examples/tiny_text.py:TinyText
+    inputs:
+      - {{name: input_ids, dtype: int64, shape: [1, [8, 16]], range: [0, 100]}}
+      - {{name: attention_mask, dtype: int64, shape: [1, [8, 16]], fill: ones}}
+targets:
+  - backend: litert
+latency: {{warmup: 0, repeats: 2, min_time_s: 0.0}}
+verify: {{samples: 2}}
+cache: {{dir: cache}}
+report: {{dir: out, formats: [json]}}
+"""
+
+
+def test_token_inputs_two_outputs_and_one_static_shape(write_pipeline):
+    report = run(load_pipeline(write_pipeline(TEXT)))
+    recs = {r.variant_id: r for r in report.records}
+    first = recs["text/litert/float32/none/1/8"]
+    assert first.status == "ok", first.error
+    # int64 ids are fed as int32 (the converter narrows 64-bit types); both outputs are compared, in order
+    assert first.verify.passed and [o.name for o in first.verify.outputs] == ["output.logits", "output.hidden"]
+    second = recs["text/litert/float32/none/1/16"]
+    assert second.status == "skipped"
+    assert second.error == ("litert exports one static shape, the model's first (8); shape 16 is not measured "
+                            "(flexible shapes are not exported yet)")

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
 
 MISSING = ("the litert backend needs litert-torch and ai-edge-litert: pip install 'mlbench-ondevice[litert]' "
            "({name} is not installed)")
+ONE_SHAPE = ("litert exports one static shape, the model's first ({first}); shape {shape} is not measured "
+             "(flexible shapes are not exported yet)")
 FLOAT16_WITH_RECIPE = ("precision float16 with optimize {name}: the recipe sets the weight type itself; "
                        "quantize the float32 export (optimize none for float16)")
 
@@ -105,6 +107,14 @@ class LitertBackend(Backend):
     cached_export = True
     target: LitertTarget
 
+    @staticmethod
+    def _alternative(model: LoadedModel, variant: Variant) -> int:
+        """Shape alternative 0, the one exported; VariantSkipped for any other."""
+        alternative = model.alternative(variant.shape)
+        if alternative != 0:
+            raise VariantSkipped(ONE_SHAPE.format(first=model.spec.shape_labels()[0], shape=variant.shape))
+        return alternative
+
     def _recipe(self, name: str) -> LitertQuantizeRecipe | None:
         if name == NO_OPTIMIZATION:
             return None
@@ -143,7 +153,7 @@ class LitertBackend(Backend):
         from mlbench.backends.litert.runtime import Runner, interpreter
 
         runner = Runner(interpreter(exported.payload.path, int(variant.axis("threads"))))
-        feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, model.alternative(variant.shape))[0]])
+        feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, self._alternative(model, variant))[0]])
         return CallTimer(lambda: runner(feed))
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
@@ -162,9 +172,9 @@ class LitertBackend(Backend):
 
         artifact: LitertArtifact = exported.payload
         precision, threads = variant.axis("precision"), int(variant.axis("threads"))
+        alternative = self._alternative(model, variant)
         load_ms, interp = time_once(lambda: interpreter(artifact.path, threads))
         runner = Runner(interp)
-        alternative = model.alternative(variant.shape)
 
         def inputs(index: int) -> list[np.ndarray]:
             return [t.detach().cpu().numpy() for t in model.sample(index, alternative)[0]]

@@ -8,7 +8,7 @@ from mlbench.backends.litert.target import LitertQuantizeRecipe, LitertTarget
 from mlbench.backends.spec import CPU, BackendSpec, MetricFamily
 
 DELEGATED = MetricFamily(
-    prefix="delegated.", placeholder="delegate", unit="ratio", label="{name} % of ops", better="higher", column=True,
+    prefix="delegated.", placeholder="delegate", unit="ratio", label="{name} share of ops", better="higher", column=True,
     describe="share of the compute operations a LiteRT delegate took (the rest ran on LiteRT's reference CPU "
     "kernels), read from the interpreter's execution plan",
 )
