@@ -157,8 +157,7 @@ class LitertBackend(Backend):
         return CallTimer(lambda: runner(feed))
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
-        import ai_edge_litert
-
+        from mlbench.backends.litert.export import native_quiet
         from mlbench.backends.litert.runtime import (
             DELEGATED_METRIC,
             NO_OP_TIMES,
@@ -170,6 +169,8 @@ class LitertBackend(Backend):
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
+        with native_quiet():
+            import ai_edge_litert
         artifact: LitertArtifact = exported.payload
         precision, threads = variant.axis("precision"), int(variant.axis("threads"))
         alternative = self._alternative(model, variant)

@@ -15,8 +15,11 @@ The converter's console output is silenced and its warnings returned, shortened 
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,7 +42,7 @@ RECIPE_API = {
 MODEL_NAME = "model.tflite"
 SIGNATURE = "serving_default"
 MAX_MESSAGE_CHARS = 200
-LOGGERS = ["litert_torch", "ai_edge_quantizer", "torch.export", "absl", "jax"]
+LOGGERS = ["litert_torch", "ai_edge_quantizer", "torch", "absl", "jax"]
 
 
 class LitertExportError(ReportableError):
@@ -77,15 +80,33 @@ def first_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return one_line(first, limit)
 
 
-def _quiet(sink: list[str]) -> Any:
-    return captured(sink, LOGGERS, stdout=True)
+@contextlib.contextmanager
+def native_quiet() -> Iterator[None]:
+    """Silence what LiteRT's native code writes to file descriptor 2 (absl's and TFLite's own log lines, e.g.
+    `INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`): Python's sys.stderr does not see them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def _quiet(sink: list[str]) -> Iterator[None]:
+    with native_quiet(), captured(sink, LOGGERS, stdout=True):
+        yield
 
 
 def _convert(module: torch.nn.Module, args: tuple, sink: list[str]) -> bytes:
-    import litert_torch
     import torch
 
     with _quiet(sink), torch.no_grad():
+        import litert_torch  # its first import logs natively (absl, oneDNN) and through torch's loggers
+
         edge_model = litert_torch.convert(module.eval(), args)
         return bytes(edge_model.model_content())
 
@@ -125,7 +146,8 @@ def signature_inputs(flatbuffer: bytes | Path) -> list[tuple[str, Any]]:
     from ai_edge_litert.interpreter import Interpreter
 
     content = flatbuffer.read_bytes() if isinstance(flatbuffer, Path) else flatbuffer
-    interpreter = Interpreter(model_content=content)
+    with native_quiet():
+        interpreter = Interpreter(model_content=content)
     details = interpreter.get_signature_runner(SIGNATURE).get_input_details()
     return [(name, details[name]["dtype"]) for name in interpreter.get_signature_list()[SIGNATURE]["inputs"]]
 

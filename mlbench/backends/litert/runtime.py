@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from mlbench.backends.litert.export import SIGNATURE
+from mlbench.backends.litert.export import SIGNATURE, native_quiet
 from mlbench.records import OpPlacement, Placement
 
 XNNPACK_PROVIDER = "XNNPACK delegate"
@@ -21,11 +21,12 @@ NO_OP_TIMES = ("ai-edge-litert's Python interpreter exposes no per-operator prof
 
 def interpreter(path: Path, threads: int, *, delegate: bool = True) -> Any:
     """An allocated interpreter; with `delegate`, LiteRT's default XNNPACK delegate applies (as on a phone)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    with native_quiet():
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
-    resolver = (OpResolverType.AUTO if delegate else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-    result = Interpreter(model_path=str(path), num_threads=threads, experimental_op_resolver_type=resolver)
-    result.allocate_tensors()
+        resolver = (OpResolverType.AUTO if delegate else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+        result = Interpreter(model_path=str(path), num_threads=threads, experimental_op_resolver_type=resolver)
+        result.allocate_tensors()
     return result
 
 
