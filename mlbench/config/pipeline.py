@@ -6,7 +6,7 @@ Reading a file into a validated `Pipeline` is `mlbench.config.load`. Nothing her
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union, get_args, get_origin
 
 from pydantic import AfterValidator, Field, create_model, field_validator, model_validator
 
@@ -155,9 +155,16 @@ class ExecutorSettings(StrictModel):
 
 TARGET_MODELS = tuple(spec.target for spec in specs().values())
 """Every registered backend's target model, in the registry's order (the schema lists them so)."""
-_RECIPES = [spec.recipes for spec in specs().values() if spec.recipes is not None]
-Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1
-               else Union[tuple(_RECIPES)])  # noqa: UP007
+def _recipe_members(recipes: Any) -> tuple[Any, ...]:
+    """The recipe models a backend's `recipes` type holds: one model, or the members of a (discriminated) union."""
+    if get_origin(recipes) is Annotated:
+        recipes = get_args(recipes)[0]
+    return get_args(recipes) if get_origin(recipes) is Union else (recipes,)
+
+
+_RECIPES = [m for spec in specs().values() if spec.recipes is not None for m in _recipe_members(spec.recipes)]
+Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1  # several backends' recipes:
+               else Annotated[Union[tuple(_RECIPES)], Field(discriminator="kind")])  # noqa: UP007  one union by kind
 """An `optimizations:` entry: the recipes the registered backends define."""
 
 
