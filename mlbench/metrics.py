@@ -139,17 +139,17 @@ ESTIMATE_MARK = "≈"
 one table cell or line) as strikethrough."""
 
 
-SOURCE_MARKS = {"measured": "", "emulated": "†", "estimated": ESTIMATE_MARK}
+SOURCE_MARKS = {"measured": "", "emulated": "†", "reference": "‡", "estimated": ESTIMATE_MARK}
 """How a figure shows where it came from in text; each report's legend explains the marks."""
 
 
 def estimate_mark(source: str | None) -> str:
-    """The mark an estimated figure carries in text; measured and emulated figures carry none of it."""
+    """The mark an estimated figure carries in text; measured, emulated and reference figures carry none of it."""
     return ESTIMATE_MARK if source == "estimated" else ""
 
 
 def source_mark(source: str | None) -> str:
-    """`≈` for an estimate, `†` for an emulated figure, nothing for a measurement."""
+    """`≈` for an estimate, `†` for an emulated figure, `‡` for a reference runtime's, nothing for a measurement."""
     return SOURCE_MARKS.get(source or "", "")
 
 

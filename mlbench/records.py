@@ -1,8 +1,9 @@
 """What a run produces: records of variants with labelled metrics. Pure data, no presentation.
 
 Every figure is a `Metric` that says where it came from: `measured` (a runtime on this machine
-said so), `emulated` (mlbench's interpreter ran the saved program) or `estimated` (mlbench's static
-rules or cost model; an estimate may carry its error band). A figure that could not be had is
+said so), `emulated` (mlbench's interpreter ran the saved program), `reference` (a vendor's reference
+runtime ran the saved program on this machine's CPU: its numerics, not the device's) or `estimated`
+(mlbench's static rules or cost model; an estimate may carry its error band). A figure that could not be had is
 kept with `value: null` and the reason, never as zero.
 
 JSON holds no inf or nan: such a figure is data, not a crash. A `Metric` that is not finite is absent
@@ -27,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-Source = Literal["measured", "emulated", "estimated"]
+Source = Literal["measured", "emulated", "reference", "estimated"]
 Status = Literal["ok", "failed", "skipped"]
 
 NOT_FINITE = "not a finite number"
@@ -63,7 +64,7 @@ class Metric(BaseModel):
 
     value: float | None = Field(description="The figure, or null when it could not be had.")
     unit: str = Field(description="Unit of value: ms, s, bytes, ratio, count, ...")
-    source: Source | None = Field(description="measured, emulated or estimated; null when value is null.")
+    source: Source | None = Field(description="measured, emulated, reference or estimated; null when value is null.")
     reason: str | None = Field(default=None, description="Why value is null.")
     band: Band | None = Field(default=None, exclude_if=lambda v: v is None,
                               description="For estimates: how far such estimates were from measurements "
@@ -86,7 +87,7 @@ class Metric(BaseModel):
         if self.value is None and (self.source is not None or not self.reason):
             raise ValueError("an absent metric has no source and must say why")
         if self.value is not None and self.source is None:
-            raise ValueError("a metric with a value must say whether it was measured, emulated or estimated")
+            raise ValueError("a metric with a value must say whether it was measured, emulated, reference or estimated")
         return self
 
     @classmethod

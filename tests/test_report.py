@@ -77,6 +77,6 @@ def test_json_refuses_a_report_that_breaks_its_schema():
 def test_absent_metric_needs_a_reason():
     with pytest.raises(ValueError, match="must say why"):
         Metric(value=None, unit="ms", source=None)
-    with pytest.raises(ValueError, match="must say whether it was measured, emulated or estimated"):
+    with pytest.raises(ValueError, match="must say whether it was measured, emulated, reference or estimated"):
         Metric(value=1.0, unit="ms", source=None)
     assert Metric.absent("ms", "Core ML runs only on macOS").reason == "Core ML runs only on macOS"

@@ -47,7 +47,7 @@ def _read_report(path: Path) -> RunReport:
 
     from pydantic import ValidationError
 
-    from mlbench.compare.report_check import check_report
+    from mlbench.compare.report_check import check_metric_values, check_report
     from mlbench.config.load import format_where
     from mlbench.records import RunReport
 
@@ -65,6 +65,7 @@ def _read_report(path: Path) -> RunReport:
                         file=path) from None
     except RecursionError:
         raise UserError(TOO_DEEP, file=path) from None
+    check_metric_values(data, path)
     try:
         report = RunReport.model_validate(data)
     except ValidationError as exc:

@@ -80,6 +80,24 @@ def _first_bad_sample(samples: list[float]) -> int | None:
     return None
 
 
+def check_metric_values(data: object, file: str | Path) -> None:
+    """Refuse an inf or nan metric value in a report's raw JSON, before `RunReport` reads it.
+
+    mlbench writes such a figure as absent with its reason; the model turns a bare one into that too, so
+    only the raw file can tell that a hand-edited `NaN` stood where a measured time should."""
+    records = data.get("records") if isinstance(data, dict) else None
+    for i, record in enumerate(records if isinstance(records, list) else []):
+        metrics = record.get("metrics") if isinstance(record, dict) else None
+        for name, metric in (metrics.items() if isinstance(metrics, dict) else ()):
+            value = metric.get("value") if isinstance(metric, dict) else None
+            if isinstance(value, float) and not math.isfinite(value):
+                why = _problem(value, str(metric.get("unit", "")))
+                if why is not None:
+                    raise UserError(f"impossible figure {value:g} {metric.get('unit')}: {why} "
+                                    f"(variant {record.get('variant_id')!r})", file=file,
+                                    where=f"records[{i}].metrics.{name}")
+
+
 def check_report(report: RunReport, file: str | Path, run: str | None = None) -> None:
     """Raise a one-line `UserError` (file, place) for the first impossible figure or repeated variant.
 

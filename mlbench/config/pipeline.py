@@ -155,23 +155,16 @@ class ExecutorSettings(StrictModel):
 
 TARGET_MODELS = tuple(spec.target for spec in specs().values())
 """Every registered backend's target model, in the registry's order (the schema lists them so)."""
-_RECIPES = [spec.recipes for spec in specs().values() if spec.recipes is not None]
+def _recipe_members(recipes: Any) -> tuple[Any, ...]:
+    """The recipe models a backend's `recipes` type holds: one model, or the members of a (discriminated) union."""
+    if get_origin(recipes) is Annotated:
+        recipes = get_args(recipes)[0]
+    return get_args(recipes) if get_origin(recipes) is Union else (recipes,)
 
 
-def _recipe_models(recipe: Any) -> list[Any]:
-    """The models a backend's recipe type names (one model, or a union of them, possibly Annotated)."""
-    if get_origin(recipe) is Annotated:
-        return _recipe_models(get_args(recipe)[0])
-    if get_origin(recipe) is Union:
-        return [m for arg in get_args(recipe) for m in _recipe_models(arg)]
-    return [recipe]
-
-
-# Several backends' recipes: one union discriminated by `kind`, so a mistake is reported against the
-# recipe its kind names only (not once per backend)
-Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1
-               else Annotated[Union[tuple(m for r in _RECIPES for m in _recipe_models(r))],  # noqa: UP007
-                              Field(discriminator="kind")])
+_RECIPES = [m for spec in specs().values() if spec.recipes is not None for m in _recipe_members(spec.recipes)]
+Recipe: Any = (dict[str, Any] if not _RECIPES else _RECIPES[0] if len(_RECIPES) == 1  # several backends' recipes:
+               else Annotated[Union[tuple(_RECIPES)], Field(discriminator="kind")])  # noqa: UP007  one union by kind
 """An `optimizations:` entry: the recipes the registered backends define."""
 
 

@@ -97,7 +97,8 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
             f"{escape(machine_text)} · {escape(summary)}</p>",
             f'<p class="meta">Figures are measured unless marked <b>{ESTIMATE_MARK}</b> (estimated, drawn hatched) or '
             "<b>†</b> (emulated: mlbench's interpreter ran the saved program; it checks what the program computes, "
-            "not what the device's arithmetic adds); a figure that could not be had is shown with its reason, never "
+            "not what the device's arithmetic adds) or <b>‡</b> (reference: a vendor's reference runtime ran the saved "
+            "program on this machine's CPU: its numerics, never a device's latency); a figure that could not be had is shown with its reason, never "
             "as zero.</p>"]
     if report.finished is None:
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')

@@ -242,7 +242,9 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
         "",
         f"All figures are **measured** on this machine unless marked {ESTIMATE_MARK} (**estimated** by mlbench's "
         "rules and cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; "
-        "it checks what the program computes, not what the device's own arithmetic adds); "
+        "it checks what the program computes, not what the device's own arithmetic adds) or `‡` (**reference**: "
+        "a vendor's reference runtime ran the saved program on this machine's CPU: its numerics, never a device's "
+        "latency); "
         "– means absent, with the reason in the JSON report. "
         f"Latency: {latency.get('warmup')} warmup calls thrown away, then at least {latency.get('repeats')} calls "
         f"and {latency.get('min_time_s')} s.",

@@ -14,5 +14,5 @@ SPEC = BackendSpec(
     packages=("executorch",),
     recipes=XnnpackQuantizeRecipe,
     report_sections=("mlbench.backends.executorch.report:render_op_times",),
-    order=3,
+    order=5,
 )

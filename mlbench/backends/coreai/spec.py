@@ -1,0 +1,20 @@
+"""Registration of the Core AI backend (see mlbench.backends.registry)."""
+
+from mlbench.backends.coreai.target import CoreaiTarget
+from mlbench.backends.spec import BackendSpec, InspectCommand
+
+SPEC = BackendSpec(
+    name="coreai",
+    target=CoreaiTarget,
+    backend="mlbench.backends.coreai.backend:CoreaiBackend",
+    packages=("coreai-core", "coreai-torch", "coreai-opt"),
+    warmup=("mlbench.backends.coreai.export:warm",),  # quiet, and only where the wheels exist
+    report_sections=("mlbench.backends.coreai.report:render_assets",),
+    inspect=InspectCommand(
+        suffixes=(".aimodel",),
+        describe="a Core AI asset (.aimodel)",
+        configure="mlbench.backends.coreai.inspect:configure",
+        run="mlbench.backends.coreai.inspect:run",
+    ),
+    order=3,
+)

@@ -1,0 +1,1 @@
+"""LiteRT (formerly TensorFlow Lite): litert-torch exports, ai-edge-litert measures on the CPU (XNNPACK)."""

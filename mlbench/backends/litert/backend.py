@@ -1,0 +1,209 @@
+"""The LiteRT backend: cached litert-torch export (+ ai-edge-quantizer), measured through the LiteRT interpreter
+with XNNPACK on this machine's CPU.
+
+Per variant (one precision × one optimization × one thread count):
+
+1. an interpreter is created with `num_threads` = the variant's threads (load_time), its first call timed
+   apart (first_call), then the pipeline's latency loop runs on the serving signature;
+2. the outputs are verified against eager float32 on verify.samples input sets (an int8 model's inputs
+   are quantized and its outputs dequantized at the boundary);
+3. placement: which operations the XNNPACK delegate took (by count; LiteRT's Python API has no
+   per-operator profiler, so there is no share by cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlbench import __version__
+from mlbench.backends.base import (
+    REFERENCE,
+    Backend,
+    CallTimer,
+    Exported,
+    Measurement,
+    VariantSkipped,
+    placement_metrics,
+    runtime_metrics,
+)
+from mlbench.backends.cached_export import build_cached
+from mlbench.backends.litert.target import LitertQuantizeRecipe, LitertTarget
+from mlbench.config.base import NO_OPTIMIZATION
+from mlbench.machine import package_version
+from mlbench.records import Metric
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from mlbench.matrix import Variant
+    from mlbench.sources.loading import LoadedModel
+
+MISSING = ("the litert backend needs litert-torch and ai-edge-litert: pip install 'mlbench-ondevice[litert]' "
+           "({name} is not installed)")
+ONE_SHAPE = ("litert exports one static shape, the model's first ({first}); shape {shape} is not measured "
+             "(flexible shapes are not exported yet)")
+FLOAT16_WITH_RECIPE = ("precision float16 with optimize {name}: the recipe sets the weight type itself; "
+                       "quantize the float32 export (optimize none for float16)")
+
+
+@dataclass
+class LitertArtifact:
+    path: Path
+
+
+def require_packages() -> None:
+    """LitertMissing (one line naming the extra) when a package the backend needs is not installed."""
+    import importlib.util
+
+    for module, name in (("litert_torch", "litert-torch"), ("ai_edge_litert", "ai-edge-litert"),
+                         ("ai_edge_quantizer", "ai-edge-quantizer")):
+        if importlib.util.find_spec(module) is None:
+            raise LitertMissing(MISSING.format(name=name))
+
+
+class LitertMissing(Exception):
+    pass
+
+
+def calibration_samples(model: LoadedModel, verify_samples: int) -> list[list[np.ndarray]]:
+    """Input sets to calibrate full_int8 on: the model's real samples (`values:`) if it has any, else the
+    verify.samples seeded input sets."""
+    count = (model.maker.value_samples if model.maker is not None else None) or verify_samples
+    return [[t.detach().cpu().numpy() for t in model.sample(index)[0]] for index in range(count)]
+
+
+def digest_samples(samples: list[list[np.ndarray]]) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    for sample in samples:
+        for array in sample:
+            digest.update(f"{array.dtype}:{list(array.shape)}".encode())
+            digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict[str, Any] | None,
+                        calibration: str | None) -> dict[str, Any]:
+    """Everything that shapes the .tflite file; threads are chosen when the interpreter is created."""
+    key: dict[str, Any] = {
+        "backend": "litert",
+        "format": "tflite",
+        "model_digest": model.digest,
+        "inputs": [i.export_signature() for i in model.spec.inputs],
+        "options": {"precision": precision, "recipe": recipe},
+        "versions": {"torch": package_version("torch"), "litert-torch": package_version("litert-torch"),
+                     "ai-edge-quantizer": package_version("ai-edge-quantizer"), "mlbench": __version__},
+    }
+    if calibration is not None:  # the calibration data shapes a full-int8 model
+        key["calibration"] = calibration
+    return key
+
+
+class LitertBackend(Backend):
+    name = "litert"
+    cached_export = True
+    target: LitertTarget
+
+    @staticmethod
+    def _alternative(model: LoadedModel, variant: Variant) -> int:
+        """Shape alternative 0, the one exported; VariantSkipped for any other."""
+        alternative = model.alternative(variant.shape)
+        if alternative != 0:
+            raise VariantSkipped(ONE_SHAPE.format(first=model.spec.shape_labels()[0], shape=variant.shape))
+        return alternative
+
+    def _recipe(self, name: str) -> LitertQuantizeRecipe | None:
+        if name == NO_OPTIMIZATION:
+            return None
+        recipe = self.config.optimizations.get(name)
+        assert isinstance(recipe, LitertQuantizeRecipe)  # the target's check made sure
+        return recipe
+
+    def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        from mlbench.backends.litert.export import LitertExportResult, export_tflite
+
+        try:
+            require_packages()
+        except LitertMissing as exc:
+            raise VariantSkipped(str(exc)) from None
+        precision, name = variant.axis("precision"), variant.axis("optimize")
+        recipe = self._recipe(name)
+        if recipe is not None and precision == "float16":
+            raise VariantSkipped(FLOAT16_WITH_RECIPE.format(name=name))
+        scheme = recipe.scheme if recipe is not None else None
+        samples = calibration_samples(model, self.config.verify.samples) if scheme == "full_int8" else None
+
+        def export(folder: Path) -> LitertExportResult:
+            return export_tflite(model.torch_module, model.example_inputs, precision=precision, scheme=scheme,
+                                 dest=folder, calibration=samples)
+
+        def own_facts(result: LitertExportResult) -> dict[str, Any]:
+            return {"quantization": result.quantization, "calibration_samples": result.calibration_samples}
+
+        key = artifact_key_inputs(model, precision, recipe.model_dump() if recipe else None,
+                                  digest_samples(samples) if samples else None)
+        cached = build_cached(self.cache, key, export, label=variant.artifact_id, own_facts=own_facts)
+        details = {"export": cached.facts("quantization", "calibration_samples", "warnings")}
+        return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
+
+    def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        from mlbench.backends.litert.runtime import Runner, interpreter
+
+        runner = Runner(interpreter(exported.payload.path, int(variant.axis("threads"))))
+        feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, self._alternative(model, variant))[0]])
+        return CallTimer(lambda: runner(feed))
+
+    def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        from mlbench.backends.litert.export import native_quiet
+        from mlbench.backends.litert.runtime import (
+            DELEGATED_METRIC,
+            NO_OP_TIMES,
+            Runner,
+            build_placement,
+            interpreter,
+            op_counts,
+        )
+        from mlbench.timing import time_calls, time_once
+        from mlbench.verify import compare_samples
+
+        with native_quiet():
+            import ai_edge_litert
+        artifact: LitertArtifact = exported.payload
+        precision, threads = variant.axis("precision"), int(variant.axis("threads"))
+        alternative = self._alternative(model, variant)
+        load_ms, interp = time_once(lambda: interpreter(artifact.path, threads))
+        runner = Runner(interp)
+
+        def inputs(index: int) -> list[np.ndarray]:
+            return [t.detach().cpu().numpy() for t in model.sample(index, alternative)[0]]
+
+        feed = runner.feed(inputs(0))
+        first_ms, first = time_once(lambda: runner(feed))
+        settings = self.config.latency
+        latency = time_calls(lambda: runner(feed), warmup=settings.warmup, repeats=settings.repeats,
+                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
+        pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
+        for index in range(1, self.config.verify.samples):
+            pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
+        name = variant.axis("optimize")
+        verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision, name),
+                                 min_snr_db=self.config.verify.min_snr_db_for(precision, name), reference_name=REFERENCE)
+        ops = list(interp._get_ops_details())
+        placement, share = build_placement(ops, threads)
+        metrics = {
+            DELEGATED_METRIC: Metric.measured(share, "ratio"),
+            "size.package": Metric.measured(exported.info.size_bytes if exported.info else 0, "bytes"),
+            "ops.compute": Metric.measured(placement.compute_ops, "count"),
+        }
+        metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
+        metrics.update(placement_metrics(placement))
+        details = {
+            "tflite_ops": op_counts(ops),
+            "op_time": {"absent": NO_OP_TIMES},
+            "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",
+                            "ai-edge-litert": getattr(ai_edge_litert, "__version__", package_version("ai-edge-litert"))},
+        }
+        return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
