@@ -34,7 +34,7 @@ from mlbench.backends.base import (
     runtime_metrics,
 )
 from mlbench.backends.cached_export import build_cached
-from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, require_executorch
+from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, native_quiet, require_executorch
 from mlbench.backends.executorch.target import ExecutorchTarget
 from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.machine import package_version
@@ -130,7 +130,8 @@ class ExecutorchBackend(Backend):
         from executorch.runtime import Runtime
 
         try:
-            return Runtime.get().load_program(str(artifact.pte)).load_method("forward")
+            with native_quiet():
+                return Runtime.get().load_program(str(artifact.pte)).load_method("forward")
         except Exception as exc:  # noqa: BLE001 - a missing kernel or a bad program: the variant's one line
             raise RuntimeError(f"ExecuTorch could not load the program: {_first(exc)}") from None
 

@@ -16,10 +16,14 @@ Quantization recipes (xnnpack only) follow ExecuTorch's XNNPACK documentation:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import logging
+import os
+import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -55,12 +59,32 @@ class PteExportResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@contextlib.contextmanager
+def native_quiet() -> Iterator[None]:
+    """Silence what ExecuTorch's native code writes to file descriptor 2 (cpuinfo's `[cpuinfo_utils.cpp:71]
+    Reading file ...` lines when XNNPACK starts): Python's sys.stderr does not see them."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def require_executorch() -> None:
     """One line instead of an ImportError where the extra is missing."""
+    pytree = logging.getLogger("torch.utils._pytree")  # torchao's import warns there about an Enum registration
+    level = pytree.level
+    pytree.setLevel(logging.ERROR)
     try:
         import executorch.exir  # noqa: F401
     except ImportError as exc:
         raise ExecutorchExportError(f"{MISSING} ({one_line(str(exc), 120)})") from None
+    finally:
+        pytree.setLevel(level)
 
 
 def _first_line(exc: BaseException, limit: int = 200) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.backends.capture import captured
-from mlbench.backends.executorch.export import DELEGATE_DEVICES, PORTABLE
+from mlbench.backends.executorch.export import DELEGATE_DEVICES, PORTABLE, native_quiet
 from mlbench.records import OpPlacement, Placement
 
 METHOD = "Method::execute"
@@ -30,8 +30,9 @@ def op_time_table(pte: Path, etrecord: Path | None, inputs: list[Any], runs: int
     """Run `pte` `runs` times with event tracing and return the per-operator table."""
     from executorch.runtime import Runtime
 
-    program = Runtime.get().load_program(str(pte), enable_etdump=True, debug_buffer_size=0)
-    method = program.load_method("forward")
+    with native_quiet():
+        program = Runtime.get().load_program(str(pte), enable_etdump=True, debug_buffer_size=0)
+        method = program.load_method("forward")
     for _ in range(runs):
         method.execute(inputs)
     with tempfile.TemporaryDirectory(prefix="mlbench-etdump-") as folder:

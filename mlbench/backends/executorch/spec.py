@@ -12,6 +12,7 @@ SPEC = BackendSpec(
     target=ExecutorchTarget,
     backend="mlbench.backends.executorch.backend:ExecutorchBackend",
     packages=("executorch",),
+    warmup=("mlbench.backends.executorch.export:require_executorch",),  # quiet, and what the exports import
     recipes=XnnpackQuantizeRecipe,
     report_sections=("mlbench.backends.executorch.report:render_op_times",),
     order=5,
