@@ -109,8 +109,9 @@ def test_etdump_table_covers_the_method_time(et_run):
     devices = sorted(row["device"] for row in op_time["by_call"])
     assert devices == ["cpu", "xnnpack", "xnnpack"]  # two XNNPACK partitions, one portable kernel
     assert {tuple(r["op_types"]) for r in op_time["by_call"]} == {("linear", "relu"), ("cumsum",), ("linear",)}
-    # the top-level calls are the method's time less its own dispatch: never more, and most of it
-    assert 0.5 * op_time["total_ms"] <= op_time["calls_ms"] <= op_time["total_ms"]
+    # the top-level calls are the method's time less its own dispatch (medians: a sum of medians may pass the
+    # method's median a little on a busy machine)
+    assert 0.5 * op_time["total_ms"] <= op_time["calls_ms"] <= 1.1 * op_time["total_ms"]
     markdown = next((et_run[0] / "out").glob("*.md")).read_text()
     assert "Per-call time of <code>executorch/xnnpack/float32/none</code>" in markdown
     assert ("Partition of <code>executorch/xnnpack/float32/none</code>: xnnpack 75% of ops (" in markdown
