@@ -48,7 +48,7 @@ def _mlbench(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_builtin_backends_register_through_entry_points():
-    assert list(specs()) == ["torch", "coreml", "onnxruntime", "coreai", "litert"]
+    assert list(specs()) == ["torch", "coreml", "onnxruntime", "coreai", "litert", "executorch"]
     assert list(devices()) == ["neural_engine", "gpu", "cpu"]
     assert default_rules() == ["latency.median:+10%", "placement.neural_engine:-5pp", "status:failed"]
     assert [m for m in catalog() if m.startswith("placement.")] == [

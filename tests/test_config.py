@@ -72,7 +72,7 @@ def test_bad_axis_value_points_at_the_value(write_pipeline):
 def test_unknown_backend_suggests(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("backend: torch", "backend: troch"))
     assert error_lines(path) == [
-        f"{path}:11:14: targets[0].backend: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime, coreai, litert)"
+        f"{path}:11:14: targets[0].backend: unknown backend 'troch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime, coreai, litert, executorch)"
     ]
 
 
@@ -115,7 +115,7 @@ def test_exclude_with_unknown_field(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("{model: resnet18, device: cuda}", "{model: resnet18, devcie: cuda}"))
     assert error_lines(path) == [
         f"{path}:15:23: exclude[0].devcie: unknown variant field 'devcie'; did you mean 'device'? "
-        "(fields: model, backend, compute_units, device, optimize, precision, providers, shape, threads)"
+        "(fields: model, backend, compute_units, delegate, device, optimize, precision, providers, shape, threads)"
     ]
 
 

@@ -54,7 +54,7 @@ CASES = [
     Case("bad_axis_value", "targets:\n  - backend: torch\n    device: [cdua]\n",
          ["targets[0].device[0]: 'cdua' is not allowed; expected 'cpu', 'cuda' or 'mps'"], "targets[0].device"),
     Case("mistyped_backend", "targets:\n  - backend: tourch\n",
-         ["targets[0].backend: unknown backend 'tourch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime, coreai, litert)"],
+         ["targets[0].backend: unknown backend 'tourch'; did you mean 'torch'? (backends: torch, coreml, onnxruntime, coreai, litert, executorch)"],
          "targets[0].backend"),
     Case("typo_in_a_coreml_target", "targets:\n  - backend: coreml\n    compute_unit: [all]\n",
          ["targets[0].compute_unit: unknown key 'compute_unit'; did you mean 'compute_units'?"], "targets[0]"),
@@ -146,11 +146,11 @@ def test_an_editor_sees_the_named_targets_errors_not_the_first_targets(tmp_path)
     paths = [_write(tmp_path, c) for c in cases]
     messages = {p.stem: [e["message"] for e in errs] for p, errs in schema_verdict(paths).items()}
     assert messages["typo_in_a_coreml_target"] == ["Additional properties are not allowed ('compute_unit' was unexpected)"]
-    assert messages["mistyped_backend"] == ["'tourch' is not one of ['torch', 'coreml', 'onnxruntime', 'coreai', 'litert']"]
+    assert messages["mistyped_backend"] == ["'tourch' is not one of ['torch', 'coreml', 'onnxruntime', 'coreai', 'litert', 'executorch']"]
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     assert "discriminator" not in SCHEMA.read_text(encoding="utf-8")
     branches = schema["properties"]["targets"]["items"]["allOf"]
-    assert [b["if"]["properties"]["backend"]["const"] for b in branches] == ["torch", "coreml", "onnxruntime", "coreai", "litert"]
+    assert [b["if"]["properties"]["backend"]["const"] for b in branches] == ["torch", "coreml", "onnxruntime", "coreai", "litert", "executorch"]
 
 
 def test_an_axis_in_the_schema_is_one_value_or_a_list_without_repeats():

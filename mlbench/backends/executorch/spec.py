@@ -1,0 +1,19 @@
+"""Registration of the ExecuTorch backend (see mlbench.backends.registry)."""
+
+from mlbench.backends.executorch.target import ExecutorchTarget, XnnpackQuantizeRecipe
+from mlbench.backends.spec import BackendSpec
+
+# Placements name the devices `xnnpack` and `coreml` (the delegates) and `cpu` (portable kernels). The
+# delegates are not registered as devices: every report's share columns list every registered device, and
+# the delegated share has its own lines in this backend's report section.
+
+SPEC = BackendSpec(
+    name="executorch",
+    target=ExecutorchTarget,
+    backend="mlbench.backends.executorch.backend:ExecutorchBackend",
+    packages=("executorch",),
+    warmup=("mlbench.backends.executorch.export:require_executorch",),  # quiet, and what the exports import
+    recipes=XnnpackQuantizeRecipe,
+    report_sections=("mlbench.backends.executorch.report:render_op_times",),
+    order=5,
+)

@@ -1,0 +1,183 @@
+"""The ExecuTorch backend on real executorch: a tiny model with an op XNNPACK does not take (cumsum)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from mlbench.config.load import load_pipeline
+from mlbench.run.runner import run
+from mlbench.store.cache import ArtifactCache
+
+pytest.importorskip("torch")
+pytest.importorskip("executorch.runtime", reason="the executorch extra is not installed")
+pytestmark = pytest.mark.torch
+
+MODEL = (
+    "import torch\n"
+    "class Cum(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.a = torch.nn.Linear(64, 64)\n"
+    "        self.b = torch.nn.Linear(64, 32)\n"
+    "    def forward(self, x):\n"
+    "        return self.b(torch.relu(self.a(x)).cumsum(-1))\n"  # cumsum: no XNNPACK kernel, a portable one
+    "class Branchy(torch.nn.Module):\n"
+    "    def forward(self, x):\n"
+    "        if x.sum() > 0:\n"  # data-dependent control flow: torch.export cannot capture it
+    "            return x * 2\n"
+    "        return x * 3\n"
+)
+
+PIPELINE = """\
+version: 1
+name: et
+models:
+  - name: cum
+    source: model.py:Cum
+    inputs: [{name: x, shape: [2, 64]}]
+targets:
+  - backend: torch
+  - backend: executorch
+    delegate: [xnnpack, portable, coreml]
+  - backend: executorch
+    optimize: q8
+optimizations:
+  q8: {kind: xnnpack_quantize, scheme: int8_dynamic}
+latency: {warmup: 1, repeats: 5, min_time_s: 0.0}
+verify: {tolerance: {q8: 0.5}}
+cache: {dir: cache}
+report: {dir: out, formats: [json, markdown]}
+"""
+
+
+def et_records(report):
+    return {r.variant_id.removeprefix("cum/executorch/"): r for r in report.records if r.backend == "executorch"}
+
+
+@pytest.fixture(scope="module")
+def et_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("et")
+    (folder / "model.py").write_text(MODEL, encoding="utf-8")
+    (folder / "pipeline.yaml").write_text(PIPELINE, encoding="utf-8")
+    return folder, run(load_pipeline(folder / "pipeline.yaml"))
+
+
+def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
+    _, report = et_run
+    record = et_records(report)["xnnpack/float32/none"]
+    assert record.status == "ok", record.error
+    placement = record.placement
+    assert placement.source == "measured" and placement.preferred == "xnnpack"
+    assert [(op.op_type, op.device) for op in placement.ops] == [
+        ("linear", "xnnpack"), ("relu", "xnnpack"), ("cumsum", "cpu"), ("linear", "xnnpack")]
+    assert placement.by_count == {"xnnpack": 0.75, "cpu": 0.25}
+    assert placement.switches == 2  # into portable kernels and back
+    assert placement.ops[2].reason == "not taken by the xnnpack partitioner"
+    assert record.details["partition"]["portable_ops"] == ["cumsum"]
+    assert record.metrics["placement.count.cpu"].value == 0.25
+    assert placement.cost_basis == "time" and abs(sum(placement.by_cost.values()) - 1.0) < 1e-9
+
+
+def test_measured_latency_verification_size_and_planned_memory(et_run):
+    _, report = et_run
+    for name in ("xnnpack/float32/none", "portable/float32/none", "xnnpack/float32/q8"):
+        record = et_records(report)[name]
+        assert record.status == "ok", record.error
+        assert record.metrics["latency.median"].source == "measured" and record.metrics["latency.median"].value > 0
+        assert len(record.latency.samples) >= 5
+        assert record.verify.passed, name
+        assert record.metrics["size.package"].value == record.artifact.size_bytes  # the .pte, not the sidecars
+        assert _sidecars(record) > 0
+        assert record.metrics["memory.planned"].value > 0
+    assert et_records(report)["xnnpack/float32/none"].verify.max_rel < 1e-5
+    assert et_records(report)["portable/float32/none"].placement.by_count == {"cpu": 1.0}
+
+
+def _sidecars(record):
+    from pathlib import Path
+
+    folder = Path(record.artifact.path)
+    return sum(p.stat().st_size for p in folder.iterdir() if p.name != "model.pte")
+
+
+def test_etdump_table_covers_the_method_time(et_run):
+    _, report = et_run
+    op_time = et_records(report)["xnnpack/float32/none"].details["op_time"]
+    devices = sorted(row["device"] for row in op_time["by_call"])
+    assert devices == ["cpu", "xnnpack", "xnnpack"]  # two XNNPACK partitions, one portable kernel
+    assert {tuple(r["op_types"]) for r in op_time["by_call"]} == {("linear", "relu"), ("cumsum",), ("linear",)}
+    # the top-level calls are the method's time less its own dispatch (medians: a sum of medians may pass the
+    # method's median a little on a busy machine)
+    assert 0.5 * op_time["total_ms"] <= op_time["calls_ms"] <= 1.1 * op_time["total_ms"]
+    markdown = next((et_run[0] / "out").glob("*.md")).read_text()
+    assert "Per-call time of <code>executorch/xnnpack/float32/none</code>" in markdown
+    assert ("Partition of <code>executorch/xnnpack/float32/none</code>: xnnpack 75% of ops (" in markdown
+            and "portable kernels 25% of ops (" in markdown and "2 switches; left to portable kernels: cumsum" in markdown)
+
+
+@pytest.mark.skipif(sys.platform == "darwin", reason="the Core ML delegate runs on macOS")
+def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
+    _, report = et_run
+    record = et_records(report)["coreml/float32/none"]
+    assert record.status == "ok", record.error
+    assert record.placement.by_count == {"coreml": 1.0}
+    assert record.metrics["latency.median"].value is None
+    assert record.metrics["latency.median"].reason == ("the ExecuTorch CoreMLBackend runs only on macOS and iOS; "
+                                                       "this machine runs Linux")
+    assert record.metrics["size.package"].value > 0
+
+
+def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_run):
+    folder, report = et_run
+    records = et_records(report)
+    assert len({r.artifact.key for r in records.values()}) == 4
+    options = [e.meta["key_inputs"]["options"] for e in ArtifactCache(folder / "cache").entries()]
+    assert {json.dumps(o, sort_keys=True) for o in options} == {
+        json.dumps({"delegate": d, "precision": "float32", "recipe": r}, sort_keys=True)
+        for d, r in (("xnnpack", None), ("portable", None), ("coreml", None),
+                     ("xnnpack", {"kind": "xnnpack_quantize", "scheme": "int8_dynamic"}))}
+    text = PIPELINE.replace("repeats: 5", "repeats: 7").replace("dir: out", "dir: out2") + "  \n"
+    text = text.replace("delegate: [xnnpack, portable, coreml]", "delegate: [xnnpack, portable, coreml]\n"
+                        "    profile_runs: 2")
+    (folder / "again.yaml").write_text(text, encoding="utf-8")
+    again = et_records(run(load_pipeline(folder / "again.yaml")))
+    assert all(r.artifact.cache_hit for r in again.values())
+    assert {r.artifact.key for r in again.values()} == {r.artifact.key for r in records.values()}
+
+
+def test_a_model_torch_export_cannot_capture_fails_in_one_line(write_pipeline, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    path = write_pipeline(PIPELINE.replace("source: model.py:Cum", "source: model.py:Branchy").replace(
+        "delegate: [xnnpack, portable, coreml]", "delegate: xnnpack").replace(
+        "  - backend: executorch\n    optimize: q8\n", ""))
+    report = run(load_pipeline(path))
+    record = et_records(report)["xnnpack/float32/none"]
+    assert record.status == "failed"
+    assert record.error.startswith("export: ExecuTorch export failed at torch.export: GuardOnDataDependentSymNode: ")
+    assert "\n" not in record.error
+
+
+def test_recipes_need_xnnpack_alone_and_float32(write_pipeline):
+    path = write_pipeline(PIPELINE.replace("    optimize: q8", "    delegate: [xnnpack, portable]\n    optimize: q8"))
+    with pytest.raises(Exception) as info:
+        load_pipeline(path)
+    assert str(info.value).endswith("targets[2].optimize: xnnpack_quantize recipes need delegate: xnnpack alone; "
+                                    "give the other delegates a target entry of their own")
+    path = write_pipeline(PIPELINE.replace("    optimize: q8", "    optimize: q88"))
+    with pytest.raises(Exception) as info:
+        load_pipeline(path)
+    assert str(info.value).endswith("targets[2].optimize[0]: unknown xnnpack_quantize optimization 'q88'; "
+                                    "did you mean 'q8'? (known: none, q8)")
+
+
+def test_a_missing_extra_is_one_line(monkeypatch):
+    from mlbench.backends.executorch.export import ExecutorchExportError, require_executorch
+
+    monkeypatch.setitem(sys.modules, "executorch.exir", None)
+    with pytest.raises(ExecutorchExportError) as info:
+        require_executorch()
+    assert str(info.value).startswith("executorch is not installed; install it with "
+                                      "pip install 'mlbench-ondevice[executorch]' (")
