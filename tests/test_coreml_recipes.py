@@ -62,6 +62,20 @@ def test_recipe_mistakes_are_one_line(write_pipeline):
         "or later"]
 
 
+def test_another_backends_recipe_is_refused_on_a_coreml_target(write_pipeline):
+    """A recipe kind another backend registers (LiteRT's quantizer) is no Core ML compression: refused when
+    validating, not found out by the exporter, neither named directly nor as a chain's step."""
+    text = PIPELINE.replace("OPTIMIZE", "[none, dyn8]").replace(
+        "  w8a8:", "  dyn8: {kind: litert_quantize, scheme: dynamic_int8}\n  w8a8:")
+    assert errors(write_pipeline, text) == [
+        "targets[0].optimize[1]: recipe 'dyn8' is of kind 'litert_quantize', which Core ML cannot apply "
+        "(Core ML's kinds: palettize, linear_quantize, prune, linear_quantize_activations, chain)"]
+    chained = text.replace("[none, dyn8]", "[pruned_dyn8]").replace(
+        "  w8a8:", "  pruned_dyn8: {kind: chain, steps: [prune50, dyn8]}\n  w8a8:")
+    assert errors(write_pipeline, chained) == [
+        "targets[0]: recipe 'pruned_dyn8' step 'dyn8' must name a palettize, linear_quantize or prune recipe"]
+
+
 @pytest.mark.torch
 def test_int4_blocks_w8a8_and_joint_compression_shrink_the_weights_and_stay_correct(write_pipeline):
     from mlbench.run import run

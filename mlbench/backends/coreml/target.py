@@ -96,6 +96,9 @@ class PruneRecipe(StrictModel):
 
 Recipe = Annotated[Union[PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe, ActivationQuantizeRecipe,  # noqa: UP007
                          ChainRecipe], Field(discriminator="kind")]
+COREML_RECIPES = (PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe, ActivationQuantizeRecipe, ChainRecipe)
+"""The recipe classes Core ML's exporter applies: another backend's recipe kind is refused when validating."""
+COREML_KINDS = ("palettize", "linear_quantize", "prune", "linear_quantize_activations", "chain")
 
 
 def recipe_dict(recipe: StrictModel | None, recipes: dict[str, Any] | None = None) -> dict[str, Any] | None:
@@ -167,6 +170,9 @@ class CoremlTarget(TargetBase):
             if name not in names:
                 problems.append((("optimize", i), (f"unknown optimization '{name}'{suggest(name, names)} "
                                  f"(define it under `optimizations`; known: {', '.join(names)})")))
+            elif name != NO_OPTIMIZATION and not isinstance(recipes[name], COREML_RECIPES):
+                problems.append((("optimize", i), f"recipe '{name}' is of kind '{recipes[name].kind}', which Core ML "
+                                 f"cannot apply (Core ML's kinds: {', '.join(COREML_KINDS)})"))
         builtin = builtin_chips()
         for chip_id in self.chip_profiles:
             if chip_id in builtin:
@@ -183,9 +189,10 @@ class CoremlTarget(TargetBase):
             recipe = recipes.get(name)
             if isinstance(recipe, ChainRecipe):
                 for step in recipe.steps:
-                    if step not in recipes or isinstance(recipes[step], (ChainRecipe, ActivationQuantizeRecipe)):
-                        known = [n for n, r in recipes.items() if not isinstance(r, (ChainRecipe,
-                                                                                     ActivationQuantizeRecipe))]
+                    if step not in recipes or not isinstance(recipes[step], (PalettizeRecipe, LinearQuantizeRecipe,
+                                                                            PruneRecipe)):
+                        known = [n for n, r in recipes.items()
+                                 if isinstance(r, (PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe))]
                         problems.append(((), f"recipe '{name}' step '{step}' must name a palettize, linear_quantize "
                                          f"or prune recipe{suggest(step, known)}"))
         if problems:
