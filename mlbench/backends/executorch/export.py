@@ -193,6 +193,13 @@ def export_pte(module: Any, example_inputs: Sequence[Any], *, delegate: str, pre
         messages.append(f"no ETRecord: {_first_line(exc)}")
     summary = partition_summary(et_program.exported_program().graph_module,
                                 et_program.executorch_program.execution_plan[0])
+    if delegate == "coreml":
+        from mlbench.backends.executorch.coreml_programs import save_programs
+
+        try:
+            summary["coreml_programs"] = save_programs(et_program.exported_program().graph_module, folder)
+        except Exception as exc:  # noqa: BLE001 - the .pte stands; only the embedded programs' analysis is lost
+            messages.append(f"the Core ML delegate's programs were not unpacked: {_first_line(exc)}")
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1))
     return PteExportResult(artifact=folder, export_path=EXPORT_PATH, fallback_reason=None,
                            seconds=time.perf_counter() - t0, summary=summary,
