@@ -82,6 +82,19 @@ def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     assert placement.cost_basis == "time" and abs(sum(placement.by_cost.values()) - 1.0) < 1e-9
 
 
+def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_counts_them(et_run):
+    folder, report = et_run
+    record = et_records(report)["xnnpack/float32/none"]
+    flops = record.details["partition"]["flops"]
+    # linear 2x64 @ 64x64 and 2x64 @ 64x32: 2 x MACs; relu and cumsum: one per output element (2 x 64)
+    assert flops["total"] == 2 * (2 * 64 * 64) + 2 * (2 * 64 * 32) + 128 + 128
+    assert flops["by_device"]["cpu"] == pytest.approx(128 / flops["total"])
+    assert flops["known_ops"] == flops["ops"] == 4
+    markdown = next((folder / "out").glob("*.md")).read_text(encoding="utf-8")
+    coreml = et_records(report)["coreml/float32/none"]
+    assert coreml.placement.by_cost is None and "coreml 100% of ops (100% of FLOPs)" in markdown
+
+
 def test_measured_latency_verification_size_and_planned_memory(et_run):
     _, report = et_run
     for name in ("xnnpack/float32/none", "portable/float32/none", "xnnpack/float32/q8"):

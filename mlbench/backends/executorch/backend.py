@@ -167,7 +167,10 @@ class ExecutorchBackend(Backend):
         metrics = {"size.package": Metric.measured(size, "bytes"),
                    "memory.planned": Metric.measured(artifact.summary["planned_memory"], "bytes"),
                    "ops.compute": Metric.measured(len(artifact.summary["ops"]), "count")}
-        details: dict[str, Any] = {"partition": {k: artifact.summary[k] for k in ("delegates", "portable_ops")}}
+        details: dict[str, Any] = {"partition": {k: artifact.summary[k] for k in ("delegates", "portable_ops")
+                                                 if k in artifact.summary}}
+        if "flops" in artifact.summary:
+            details["partition"]["flops"] = artifact.summary["flops"]
         if delegate == "coreml":
             metrics.update(self._embedded(artifact, details))
         why = self._unavailable(delegate)

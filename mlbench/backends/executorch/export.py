@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.backends.capture import captured, distinct_lines
+from mlbench.backends.executorch.cost import node_flops
 from mlbench.errors import ReportableError, one_line
 
 FOLDER = "program"
@@ -238,12 +239,24 @@ def partition_summary(graph_module: Any, plan: Any) -> dict[str, Any]:
             device = DELEGATE_DEVICES.get(lowered.backend_id, lowered.backend_id)
             inner = _compute_nodes(lowered.original_module.graph_module)
             delegates.append({"backend": lowered.backend_id, "nodes": len(inner)})
-            ops += [{"name": n.name, "op_type": _op_name(n), "device": device, "provider": lowered.backend_id}
-                    for n in inner]
+            ops += [{"name": n.name, "op_type": _op_name(n), "device": device, "provider": lowered.backend_id,
+                     "flops": node_flops(n, _op_name(n))} for n in inner]
         elif _is_compute(node):
-            ops.append({"name": node.name, "op_type": _op_name(node), "device": PORTABLE, "provider": "portable kernel"})
+            ops.append({"name": node.name, "op_type": _op_name(node), "device": PORTABLE, "provider": "portable kernel",
+                        "flops": node_flops(node, _op_name(node))})
     switches = sum(1 for a, b in pairwise(ops) if a["device"] != b["device"])
     left = sorted({op["op_type"] for op in ops if op["device"] == PORTABLE})
     buffers = [int(size) for size in plan.non_const_buffer_sizes]
     return {"ops": ops, "delegates": delegates, "portable_ops": left, "switches": switches,
-            "planned_memory": sum(buffers), "operators": [op.name for op in plan.operators]}
+            "planned_memory": sum(buffers), "operators": [op.name for op in plan.operators], "flops": flops_shares(ops)}
+
+
+def flops_shares(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of the FLOPs (Core ML cost model conventions) per device, over the ops whose FLOPs are
+    known; how many ops that is."""
+    known = [op for op in ops if op["flops"] is not None]
+    total = sum(op["flops"] for op in known)
+    by_device: dict[str, float] = {}
+    for op in known:
+        by_device[op["device"]] = by_device.get(op["device"], 0.0) + (op["flops"] / total if total else 0.0)
+    return {"total": total, "known_ops": len(known), "ops": len(ops), "by_device": by_device}
