@@ -66,3 +66,13 @@ def test_zoo_coverage_counts_both_exporters(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "mlbench export_coreml:                        1/1 converted" in out
     assert len(bench.torchvision_models()) > 50  # classification and segmentation under 100M parameters
+
+
+def test_executorch_vs_times_the_three_runtimes_on_one_model(capsys):
+    pytest.importorskip("executorch.runtime", reason="the executorch extra is not installed")
+    bench = load("executorch_vs")
+    bench.main(["--models", "lstm", "--repeats", "2", "--min-time", "0"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| lstm |"))
+    assert "—" not in row.split("|")[2:5] and row.count("× eager") == 2
+    assert "load average before" in out

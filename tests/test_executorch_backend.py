@@ -42,6 +42,7 @@ targets:
   - backend: torch
   - backend: executorch
     delegate: [xnnpack, portable, coreml]
+    estimate_on: [m1, a17pro]
   - backend: executorch
     optimize: q8
 optimizations:
@@ -79,6 +80,19 @@ def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     assert record.details["partition"]["portable_ops"] == ["cumsum"]
     assert record.metrics["placement.count.cpu"].value == 0.25
     assert placement.cost_basis == "time" and abs(sum(placement.by_cost.values()) - 1.0) < 1e-9
+
+
+def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_counts_them(et_run):
+    folder, report = et_run
+    record = et_records(report)["xnnpack/float32/none"]
+    flops = record.details["partition"]["flops"]
+    # linear 2x64 @ 64x64 and 2x64 @ 64x32: 2 x MACs; relu and cumsum: one per output element (2 x 64)
+    assert flops["total"] == 2 * (2 * 64 * 64) + 2 * (2 * 64 * 32) + 128 + 128
+    assert flops["by_device"]["cpu"] == pytest.approx(128 / flops["total"])
+    assert flops["known_ops"] == flops["ops"] == 4
+    markdown = next((folder / "out").glob("*.md")).read_text(encoding="utf-8")
+    coreml = et_records(report)["coreml/float32/none"]
+    assert coreml.placement.by_cost is None and "coreml 100% of ops (100% of FLOPs)" in markdown
 
 
 def test_measured_latency_verification_size_and_planned_memory(et_run):
@@ -130,6 +144,39 @@ def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
     assert record.metrics["size.package"].value > 0
 
 
+def test_the_coreml_delegates_embedded_program_is_analysed_like_a_coreml_target(et_run):
+    _, report = et_run
+    record = et_records(report)["coreml/float32/none"]
+    programs = record.details["coreml_programs"]["programs"]
+    assert [p["package"] for p in programs] == ["coreml/0/lowered_module/model.mlpackage"]
+    # the unpacked package is the Core ML program of the one partition: its ops are the model's
+    assert programs[0]["precision"] == "FLOAT32"
+    assert programs[0]["flops"] > 2 * 2 * (64 * 64 + 64 * 32)  # the two linear layers, at least
+    shares = {k: m for k, m in record.metrics.items() if k.startswith("coreml_delegate.")}
+    assert shares and all(m.source == "estimated" for m in shares.values())
+    assert sum(m.value for m in shares.values()) == pytest.approx(1.0)
+    assert "coreml_delegate.neural_engine" not in shares  # a float32 program never runs on the Neural Engine
+    for chip in ("m1", "a17pro"):
+        metric = record.metrics[f"latency.estimated.{chip}"]
+        assert metric.source == "estimated" and metric.value > 0 and metric.band is not None
+        parts = programs[0]["latency_estimate"][chip]
+        assert sum(parts["compute_ms"].values()) + parts["dispatch_ms"] + parts["switch_ms"] + parts["fixed_ms"] \
+            == pytest.approx(metric.value, abs=1e-3)
+    assert "latency.estimated.m1" not in et_records(report)["xnnpack/float32/none"].metrics
+
+
+def test_estimate_on_names_known_chips_and_needs_the_coreml_delegate(write_pipeline):
+    path = write_pipeline(PIPELINE.replace("estimate_on: [m1, a17pro]", "estimate_on: [m1, m9]"))
+    with pytest.raises(Exception) as info:
+        load_pipeline(path)
+    assert "targets[1].estimate_on[1]: unknown chip 'm9'" in str(info.value)
+    path = write_pipeline(PIPELINE.replace("delegate: [xnnpack, portable, coreml]", "delegate: [xnnpack]"))
+    with pytest.raises(Exception) as info:
+        load_pipeline(path)
+    assert str(info.value).endswith("targets[1].estimate_on: estimate_on estimates the Core ML delegate's programs; "
+                                    "add coreml to delegate or drop estimate_on")
+
+
 def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_run):
     folder, report = et_run
     records = et_records(report)
@@ -151,7 +198,7 @@ def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_ru
 def test_a_model_torch_export_cannot_capture_fails_in_one_line(write_pipeline, tmp_path):
     (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
     path = write_pipeline(PIPELINE.replace("source: model.py:Cum", "source: model.py:Branchy").replace(
-        "delegate: [xnnpack, portable, coreml]", "delegate: xnnpack").replace(
+        "delegate: [xnnpack, portable, coreml]\n    estimate_on: [m1, a17pro]", "delegate: xnnpack").replace(
         "  - backend: executorch\n    optimize: q8\n", ""))
     report = run(load_pipeline(path))
     record = et_records(report)["xnnpack/float32/none"]

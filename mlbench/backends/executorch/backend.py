@@ -64,6 +64,7 @@ def artifact_key_inputs(model: LoadedModel, delegate: str, precision: str, recip
     versions = {name: package_version(name) for name in ("torch", "executorch", "torchao")}
     if delegate == "coreml":
         versions["coremltools"] = package_version("coremltools")
+        versions["layout"] = "coreml programs unpacked"  # older folders lack coreml/ for the analysis
     return {
         "backend": "executorch",
         "format": "pte",
@@ -126,6 +127,18 @@ class ExecutorchBackend(Backend):
             return "the ExecuTorch CoreMLBackend runs only on macOS and iOS"
         return None
 
+    def _embedded(self, artifact: PteArtifact, details: dict[str, Any]) -> dict[str, Metric]:
+        """The Core ML analysis of the programs the Core ML delegate embeds: `coreml_delegate.<device>` and
+        `latency.estimated.<chip>` (estimated); their placement and estimate parts go to details."""
+        from mlbench.backends.executorch.coreml_programs import analyse_programs
+
+        packages = artifact.summary.get("coreml_programs") or []
+        if not packages:
+            return {}
+        metrics, details["coreml_programs"] = analyse_programs(artifact.folder, packages,
+                                                               list(self.target.estimate_on))
+        return metrics
+
     def _load(self, artifact: PteArtifact) -> Any:
         from executorch.runtime import Runtime
 
@@ -154,7 +167,12 @@ class ExecutorchBackend(Backend):
         metrics = {"size.package": Metric.measured(size, "bytes"),
                    "memory.planned": Metric.measured(artifact.summary["planned_memory"], "bytes"),
                    "ops.compute": Metric.measured(len(artifact.summary["ops"]), "count")}
-        details: dict[str, Any] = {"partition": {k: artifact.summary[k] for k in ("delegates", "portable_ops")}}
+        details: dict[str, Any] = {"partition": {k: artifact.summary[k] for k in ("delegates", "portable_ops")
+                                                 if k in artifact.summary}}
+        if "flops" in artifact.summary:
+            details["partition"]["flops"] = artifact.summary["flops"]
+        if delegate == "coreml":
+            metrics.update(self._embedded(artifact, details))
         why = self._unavailable(delegate)
         if why:
             placement = build_placement(artifact.summary, delegate, None)

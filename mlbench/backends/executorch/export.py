@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.backends.capture import captured, distinct_lines
+from mlbench.backends.executorch.cost import node_flops
 from mlbench.errors import ReportableError, one_line
 
 FOLDER = "program"
@@ -193,6 +194,13 @@ def export_pte(module: Any, example_inputs: Sequence[Any], *, delegate: str, pre
         messages.append(f"no ETRecord: {_first_line(exc)}")
     summary = partition_summary(et_program.exported_program().graph_module,
                                 et_program.executorch_program.execution_plan[0])
+    if delegate == "coreml":
+        from mlbench.backends.executorch.coreml_programs import save_programs
+
+        try:
+            summary["coreml_programs"] = save_programs(et_program.exported_program().graph_module, folder)
+        except Exception as exc:  # noqa: BLE001 - the .pte stands; only the embedded programs' analysis is lost
+            messages.append(f"the Core ML delegate's programs were not unpacked: {_first_line(exc)}")
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1))
     return PteExportResult(artifact=folder, export_path=EXPORT_PATH, fallback_reason=None,
                            seconds=time.perf_counter() - t0, summary=summary,
@@ -231,12 +239,24 @@ def partition_summary(graph_module: Any, plan: Any) -> dict[str, Any]:
             device = DELEGATE_DEVICES.get(lowered.backend_id, lowered.backend_id)
             inner = _compute_nodes(lowered.original_module.graph_module)
             delegates.append({"backend": lowered.backend_id, "nodes": len(inner)})
-            ops += [{"name": n.name, "op_type": _op_name(n), "device": device, "provider": lowered.backend_id}
-                    for n in inner]
+            ops += [{"name": n.name, "op_type": _op_name(n), "device": device, "provider": lowered.backend_id,
+                     "flops": node_flops(n, _op_name(n))} for n in inner]
         elif _is_compute(node):
-            ops.append({"name": node.name, "op_type": _op_name(node), "device": PORTABLE, "provider": "portable kernel"})
+            ops.append({"name": node.name, "op_type": _op_name(node), "device": PORTABLE, "provider": "portable kernel",
+                        "flops": node_flops(node, _op_name(node))})
     switches = sum(1 for a, b in pairwise(ops) if a["device"] != b["device"])
     left = sorted({op["op_type"] for op in ops if op["device"] == PORTABLE})
     buffers = [int(size) for size in plan.non_const_buffer_sizes]
     return {"ops": ops, "delegates": delegates, "portable_ops": left, "switches": switches,
-            "planned_memory": sum(buffers), "operators": [op.name for op in plan.operators]}
+            "planned_memory": sum(buffers), "operators": [op.name for op in plan.operators], "flops": flops_shares(ops)}
+
+
+def flops_shares(ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """The share of the FLOPs (Core ML cost model conventions) per device, over the ops whose FLOPs are
+    known; how many ops that is."""
+    known = [op for op in ops if op["flops"] is not None]
+    total = sum(op["flops"] for op in known)
+    by_device: dict[str, float] = {}
+    for op in known:
+        by_device[op["device"]] = by_device.get(op["device"], 0.0) + (op["flops"] / total if total else 0.0)
+    return {"total": total, "known_ops": len(known), "ops": len(ops), "by_device": by_device}

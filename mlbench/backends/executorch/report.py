@@ -44,12 +44,15 @@ def render_op_times(records: list[RunRecord], artifacts: dict[str, dict] | None 
 
 
 def _shares(record: RunRecord) -> str:
-    """`xnnpack 75% of ops (97% of time), portable kernels 25% of ops (3% of time), 2 switches`."""
+    """`xnnpack 75% of ops (97% of time), portable kernels 25% of ops (3% of time), 2 switches`; where the
+    program did not run, the share of FLOPs (Core ML cost model conventions) instead of time."""
     placement = record.placement
     assert placement is not None
+    flops = ((record.details.get("partition") or {}).get("flops") or {}).get("by_device")
     parts = []
     for device, share in sorted(placement.by_count.items(), key=lambda kv: -kv[1]):
         name = "portable kernels" if device == "cpu" else device
-        cost = f" ({100 * placement.by_cost.get(device, 0.0):.0f}% of time)" if placement.by_cost else ""
+        cost = (f" ({100 * placement.by_cost.get(device, 0.0):.0f}% of time)" if placement.by_cost else
+                f" ({100 * flops.get(device, 0.0):.0f}% of FLOPs)" if flops else "")
         parts.append(f"{name} {100 * share:.0f}% of ops{cost}")
     return ", ".join(parts) + f", {placement.switches} switch{'' if placement.switches == 1 else 'es'}"

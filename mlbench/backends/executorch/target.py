@@ -68,6 +68,12 @@ class ExecutorchTarget(TargetBase):
         description="Runs of a separate, event-traced program that give the per-operator table (ETDump); never "
         "part of the latency figures.")
 
+    estimate_on: list[str] = Field(
+        default_factory=list,
+        description="Apple chips to estimate the Core ML delegate's embedded programs on (latency.estimated.<chip>, "
+        "any OS; the Core ML partitions only): ids from mlbench's chip profiles (a14 a15 a16 a17pro a18pro m1 m1pro "
+        "m1max m2 m3 m3max m4).")
+
     axes = ("delegate", "precision", "optimize")
     artifact_axes = ("delegate", "precision", "optimize")
 
@@ -79,6 +85,19 @@ class ExecutorchTarget(TargetBase):
             if name not in names:
                 problems.append((("optimize", i), f"unknown xnnpack_quantize optimization '{name}'"
                                  f"{suggest(name, names)} (known: {', '.join(names)})"))
+        if self.estimate_on:
+            from mlbench.backends.coreml.chips import builtin_chips  # the chip profiles Core ML estimates use
+
+            chips = list(builtin_chips())
+            for i, chip_id in enumerate(self.estimate_on):
+                if chip_id in self.estimate_on[:i]:
+                    problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
+                elif chip_id not in chips:
+                    problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
+                                     f"(known: {', '.join(chips)})"))
+            if "coreml" not in self.delegate:
+                problems.append((("estimate_on",), "estimate_on estimates the Core ML delegate's programs; add "
+                                 "coreml to delegate or drop estimate_on"))
         quantized = [n for n in self.optimize if n != NO_OPTIMIZATION]
         if quantized and self.delegate != ["xnnpack"]:
             problems.append((("optimize",), "xnnpack_quantize recipes need delegate: xnnpack alone; give the other "
