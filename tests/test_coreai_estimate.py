@@ -40,10 +40,10 @@ class Floor(torch.nn.Module):
         return torch.floor(x) + x
 
 
-def _asset(module, x, folder, precision="float32"):
+def _asset(module, x, folder, precision="float32", optimization=None):
     from mlbench.backends.coreai.export import export_coreai
 
-    return export_coreai(module.eval(), [x], ["x"], ["y"], precision=precision, optimization=None,
+    return export_coreai(module.eval(), [x], ["x"], ["y"], precision=precision, optimization=optimization,
                          dest=folder).artifact
 
 
@@ -62,6 +62,21 @@ def test_flops_follow_core_mls_conventions(tmp_path):
     assert analysis.totals.weight_bytes == 4 * (8 * 27 + 8 + 288 * 4 + 4)  # float32 weights and biases
     assert analysis.precision == "FLOAT32"
     assert analysis.notes == [NOTE]
+
+
+def test_compressed_weights_are_data_read_at_their_stored_size(tmp_path):
+    from mlbench.backends.coreai.estimate import walk_function
+
+    torch.manual_seed(0)
+    model, x = torch.nn.Linear(64, 64), torch.randn(1, 64)
+    plain, _ = walk_function(_asset(model, x, tmp_path / "plain"))
+    palettized, why = walk_function(_asset(model, x, tmp_path / "pal", optimization={"kind": "palettize", "nbits": 4}))
+    assert why is None
+    assert palettized.totals.weight_ops == 1  # the 64 x 64 weight, rebuilt by lut_to_dense
+    assert palettized.op_counts == plain.op_counts  # the lookup table is data, not a compute op
+    assert plain.totals.weight_bytes == 4 * (64 * 64 + 64)
+    # 4-bit indices, a lookup table of 16 float32 entries and its int16 axis, then the float32 bias
+    assert palettized.totals.weight_bytes == 64 * 64 // 2 + 16 * 4 + 2 + 4 * 64
 
 
 def test_composites_map_to_layer_norm_and_attention(tmp_path):

@@ -22,25 +22,51 @@ from mlbench.backends.coreml.cost import OpDescription, TensorSpec, op_cost
 
 NOTE = ("Core ML's placement rules and cost model applied to Core AI ops (each mapped to the Core ML op with the "
         "same arithmetic): an estimate of how Core ML would run this program, not of Core AI's own choices")
-ELEMENTWISE = {"add": "add", "sub": "sub", "mul": "mul", "div": "real_div", "pow": "pow", "maximum": "maximum",
+ELEMENTWISE = {"add": "add", "sub": "sub", "mul": "mul", "div": "real_div", "divide": "real_div", "pow": "pow", "maximum": "maximum",
                "minimum": "minimum", "relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "gelu": "gelu",
                "silu": "silu", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "erf": "erf",
                "abs": "abs", "sin": "sin", "cos": "cos", "clamp": "clip", "clip": "clip"}
 MOVEMENT = {"reshape": "reshape", "transpose": "transpose", "pad": "pad", "concat": "concat", "cast": "cast",
             "squeeze": "squeeze", "expand_dims": "expand_dims", "slice": "slice_by_index", "tile": "tile",
-            "split": "split", "stack": "stack"}
+            "split": "split", "stack": "stack", "broadcast_in_dims": "tile", "gather_nd": "gather_nd",
+            "gather": "gather"}
 OTHER = {"conv2d": "conv", "batch_matmul": "matmul", "matmul": "matmul", "softmax": "softmax",
          "reduce_mean": "reduce_mean", "reduce_sum": "reduce_sum", "reduce_max": "reduce_max",
          "max_pool_2d": "max_pool", "avg_pool_2d": "avg_pool", "layer_norm": "layer_norm",
          "batch_norm": "batch_norm"}
-COMPOSITES = {"layer_norm": "layer_norm", "rms_norm": "layer_norm", "scaled_dot_product_attention":
+COMPOSITES = {"hard_sigmoid": "sigmoid_hard", "layer_norm": "layer_norm", "rms_norm": "layer_norm", "scaled_dot_product_attention":
               "scaled_dot_product_attention", "sdpa": "scaled_dot_product_attention"}
-"""``coreai.invoke`` of a composite: by the callee's name. RMSNorm is priced as a layer norm (one pass fewer)."""
+"""``coreai.invoke`` of a composite: by the callee's name. RMSNorm is priced as a layer norm (one pass more)."""
 OPERANDS = {"conv": ("x", "weight"), "matmul": ("x", "y"), "scaled_dot_product_attention": ("query", "key", "value", "attn_mask"),
             "layer_norm": ("x", "gamma", "beta")}
 DTYPES = {"f32": "fp32", "f16": "fp16", "bf16": "bf16", "i1": "bool", "si32": "int32", "ui32": "uint32",
           "si8": "int8", "ui8": "uint8", "si64": "int64", "i32": "int32", "i64": "int64"}
 NOT_COMPUTE = ("coreai.constant", "coreai.output")
+WEIGHT_OPS = {"coreai.blockwise_shift_scale": "constexpr_blockwise_shift_scale",
+              "coreai.lut_to_dense": "constexpr_lut_to_dense"}
+"""Compressed weights rebuilt from constants only: data, as Core ML's constexpr_* ops are; their consumers read
+the weights at the stored (compressed) size."""
+
+
+def _bits(element_type: Any) -> int:
+    match = re.search(r"(\d+)", str(element_type))
+    return int(match.group(1)) if match else 32
+
+
+def _stored_bytes(value_type: Any) -> int:
+    """Bytes a constant takes at its element type's width (a 4-bit index is half a byte)."""
+    n = 1
+    for d in value_type.shape:
+        n *= max(int(d), 0)
+    return (n * _bits(value_type.element_type) + 7) // 8
+
+
+def _label(op: Any) -> str:
+    """An op as the reason names it: a composite by its callee, without the converter's random suffix."""
+    if op.name == "coreai.invoke":
+        match = re.search(r"@([A-Za-z0-9_]+?)(?:_[a-z]{8})?\b", _callee(op) or "")
+        return f"invoke @{match.group(1)}" if match else "invoke"
+    return op.name.removeprefix("coreai.")
 
 
 def mil_type(name: str, callee: str | None) -> str | None:
@@ -76,15 +102,24 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
     if graph is None:
         return None, f"the asset has no function {function!r}"
     ops = [op.operation for op in graph.entry_block.operations]
-    unmapped = Counter(op.name for op in ops if op.name not in NOT_COMPUTE and mil_type(op.name, _callee(op)) is None)
+    stored: dict[Any, int] = {}  # value of a constant or a rebuilt compressed weight -> its stored bytes
+    for op in ops:
+        if op.name == "coreai.constant":
+            stored[op.results[0]] = _stored_bytes(op.results[0].type)
+        elif op.name in WEIGHT_OPS and all(v in stored for v in op.operands):
+            stored[op.results[0]] = sum(stored[v] for v in op.operands)
+    unmapped = Counter(_label(op) for op in ops if op.name not in NOT_COMPUTE and op.results and
+                       op.results[0] not in stored and mil_type(op.name, _callee(op)) is None)
     if unmapped:
-        names = ", ".join(f"{name.removeprefix('coreai.')} ×{n}" for name, n in unmapped.most_common())
+        names = ", ".join(f"{name} ×{n}" for name, n in unmapped.most_common())
         return None, f"Core AI ops without a Core ML counterpart in mlbench's table: {names}"
     producers: dict[Any, tuple[str, int | None]] = {}  # value -> (producing op's name, compute index)
     layers: list[LayerInfo] = []
+    weight_ops = 0
     for op in ops:
-        if op.name == "coreai.constant":
+        if op.results and op.results[0] in stored:
             producers[op.results[0]] = ("constant", None)
+            weight_ops += op.name in WEIGHT_OPS
             continue
         if op.name == "coreai.output":
             continue
@@ -93,8 +128,8 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
         specs = [_tensor(v.type, const) for v, const in zip(op.operands, consts, strict=True)]
         params = OPERANDS.get(kind, ("x", "y"))
         inputs = {name: [spec] for name, spec in zip(params, specs, strict=False)}
-        weight_bytes = sum(s.nbytes or 0 for s, c in zip(specs, consts, strict=True)
-                           if c and s.dtype in ("fp32", "fp16", "bf16") and (s.numel or 0) > 1)
+        weight_bytes = sum(stored[v] for v, s in zip(op.operands, specs, strict=True)
+                           if s.const and s.dtype in ("fp32", "fp16", "bf16") and (s.numel or 0) > 1)
         outputs = [_tensor(r.type) for r in op.results]
         cost = op_cost(OpDescription(op_type=kind, inputs=inputs, outputs=outputs, weight_bytes=weight_bytes))
         out = outputs[0] if outputs else None
@@ -107,10 +142,10 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
             integer_data=bool(out and out.dtype not in ("fp32", "fp16", "bf16"))))
         for result in op.results:
             producers[result] = (op.name, index)
-    return _analysis(asset, function, layers, graph), None
+    return _analysis(asset, function, layers, graph, weight_ops), None
 
 
-def _analysis(asset: Path, function: str, layers: list[LayerInfo], graph: Any) -> ProgramAnalysis:
+def _analysis(asset: Path, function: str, layers: list[LayerInfo], graph: Any, weight_ops: int) -> ProgramAnalysis:
     floats = Counter(layer.output_dtype for layer in layers if not layer.integer_data and layer.output_dtype)
     precision = ("MIXED" if len(floats) > 1 else {"fp32": "FLOAT32", "fp16": "FLOAT16"}.get(next(iter(floats), ""),
                                                                                             "UNKNOWN"))
@@ -123,7 +158,7 @@ def _analysis(asset: Path, function: str, layers: list[LayerInfo], graph: Any) -
         path=str(asset), model_type="coreaiProgram", spec_version=0, function=function, functions=[function],
         precision=precision, dtype_counts=dict(floats), op_counts=dict(Counter(layer.op_type for layer in layers)),
         const_count=0, layers=layers,
-        totals=Totals(compute_ops=len(layers), const_ops=0, weight_ops=0, params=None, weight_bytes=weights,
+        totals=Totals(compute_ops=len(layers), const_ops=0, weight_ops=weight_ops, params=None, weight_bytes=weights,
                       macs=None, flops=sum(flops), bytes=sum(moved), macs_complete=False),
         package_size_bytes=sum(f.stat().st_size for f in Path(asset).rglob("*") if f.is_file()),
         inputs=inputs, outputs=[], notes=[NOTE])
