@@ -26,6 +26,7 @@ from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreai.availability import unavailable
 from mlbench.backends.coreai.recipes import resolve
 from mlbench.backends.coreai.target import CoreaiTarget
+from mlbench.errors import one_line
 from mlbench.machine import package_version
 from mlbench.records import Metric, Placement
 
@@ -186,7 +187,10 @@ class CoreaiBackend(Backend):
         from mlbench.backends.coreml.latency import latency_metrics
         from mlbench.backends.coreml.placement import estimate_placement
 
-        analysis, why_not = walk_function(path)
+        try:
+            analysis, why_not = walk_function(path)
+        except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made never fails a measured variant
+            analysis, why_not = None, f"the IR walk failed: {one_line(f'{type(exc).__name__}: {exc}')}"
         if analysis is None:
             for chip_id in self.target.estimate_on:
                 metrics[f"latency.estimated.{chip_id}"] = Metric.absent("ms", f"not estimated: {why_not}")
