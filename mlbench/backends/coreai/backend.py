@@ -26,8 +26,9 @@ from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreai.availability import unavailable
 from mlbench.backends.coreai.recipes import resolve
 from mlbench.backends.coreai.target import CoreaiTarget
+from mlbench.errors import one_line
 from mlbench.machine import package_version
-from mlbench.records import Metric
+from mlbench.records import Metric, Placement
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 NO_DEVICE = ("Core AI runs on a device only on macOS 27; here Apple's CPU reference runtime gives numerics, and "
              "its time is not latency")
 NO_PLACEMENT = ("Core AI tells no placement off macOS 27 (and no API says where a function ran even there); "
-                "Core ML's placement rules are not applied to Core AI ops")
+                "Core ML's placement rules are applied only where every Core AI op maps onto a Core ML op")
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None) -> dict:
@@ -174,8 +175,34 @@ class CoreaiBackend(Backend):
         for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                            ("latency.best", "ms"), ("latency.p90", "ms")):
             metrics[name] = Metric.absent(unit, NO_DEVICE)
-        details["placement"] = {"absent": NO_PLACEMENT}
-        return Measurement(metrics=metrics, verify=verification, details=details)
+        placement, estimated = self._estimates(Path(path), variant, metrics)
+        details.update(estimated)
+        return Measurement(metrics=metrics, verify=verification, placement=placement, details=details)
+
+    def _estimates(self, path: Path, variant: Variant, metrics: dict[str, Metric]
+                   ) -> tuple[Placement | None, dict[str, Any]]:
+        """Core ML's placement rules and cost model applied to the Core AI ops where each maps onto a Core ML op
+        (``estimate``): estimated placement, and latency.estimated.<chip> for estimate_on; else absent, why."""
+        from mlbench.backends.coreai.estimate import NOTE, walk_function
+        from mlbench.backends.coreml.latency import latency_metrics
+        from mlbench.backends.coreml.placement import estimate_placement
+
+        try:
+            analysis, why_not = walk_function(path)
+        except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made never fails a measured variant
+            analysis, why_not = None, f"the IR walk failed: {one_line(f'{type(exc).__name__}: {exc}')}"
+        if analysis is None:
+            for chip_id in self.target.estimate_on:
+                metrics[f"latency.estimated.{chip_id}"] = Metric.absent("ms", f"not estimated: {why_not}")
+            return None, {"placement": {"absent": f"{NO_PLACEMENT}: {why_not}"}}
+        placement = estimate_placement(analysis, variant.axis("compute_units"))
+        placement.note = f"{NOTE}. {placement.note or ''}".strip()
+        details: dict[str, Any] = {}
+        if self.target.estimate_on:
+            estimates, parts = latency_metrics(analysis, placement, list(self.target.estimate_on))
+            metrics.update(estimates)
+            details["latency_estimate"] = {"note": NOTE, **parts}
+        return placement, details
 
     def _reference(self, path: Path, model: LoadedModel, variant: Variant
                    ) -> tuple[Verification | None, str | None, dict[str, Any]]:

@@ -113,7 +113,8 @@ def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], i
                 raise _fail(FLOAT16_CAST, exc) from None
         try:
             converter = coreai_torch.TorchConverter()
-            converter.add_exported_program(program, input_names=list(input_names), output_names=list(output_names))
+            converter.add_exported_program(program, input_names=list(input_names), output_names=list(output_names),
+                                           state_names=state_names(program) or None)
             ai_program = converter.to_coreai()
         except Exception as exc:  # noqa: BLE001
             raise _fail("coreai_torch.TorchConverter", exc) from None
@@ -133,6 +134,21 @@ def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], i
     return CoreaiExportResult(artifact=artifact, export_path=EXPORT_PATH, seconds=time.perf_counter() - started,
                               float16_cast=FLOAT16_CAST if precision == "float16" else None,
                               optimization=optimization, warnings=clean_warnings(sink))
+
+
+def state_names(program: Any) -> list[str]:
+    """The states of an exported program in the converter's order (mutated buffers first, then mutated user
+    inputs), named after the buffer or the input; empty when nothing is mutated."""
+    from torch.export.graph_signature import InputKind
+
+    signature = program.graph_signature
+    mutated_buffers = set(signature.buffers_to_mutate.values())
+    mutated_inputs = set(signature.user_inputs_to_mutate.values())
+    buffers = [spec.target.replace(".", "_") for spec in signature.input_specs
+               if spec.kind == InputKind.BUFFER and spec.target in mutated_buffers]
+    inputs = [spec.arg.name for spec in signature.input_specs
+              if spec.kind == InputKind.USER_INPUT and spec.arg.name in mutated_inputs]
+    return buffers + inputs
 
 
 def clean_warnings(messages: list[str]) -> list[str]:

@@ -42,6 +42,7 @@ class ReferenceRun:
     seconds: list[float]  # each call in the reference runtime (not latency)
     exit_note: str | None = None  # how the process ended after handing its results over, when not cleanly
     op_time: dict[str, Any] | None = None  # the runtime's Profiler intervals per op (reference-runtime time)
+    states: dict[str, np.ndarray] = field(default_factory=dict)  # each state's value after the last call
     log: list[str] = field(default_factory=list)
 
 
@@ -81,8 +82,12 @@ def _run_child(argv: list[str], timeout_s: float | None) -> subprocess.Completed
 
 
 def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: str = "main",
-                  timeout_s: float | None = DEFAULT_TIMEOUT_S, command: list[str] | None = None) -> ReferenceRun:
+                  timeout_s: float | None = DEFAULT_TIMEOUT_S, command: list[str] | None = None,
+                  states: dict[str, np.ndarray] | None = None) -> ReferenceRun:
     """Run `function` of `asset` once per input dict in `feeds` in a fresh reference-runtime process.
+
+    A function with states starts from `states` (by name; zeros for any not given) and carries them from one
+    call to the next, in order; their final values come back in ``ReferenceRun.states``.
 
     `command` replaces ``[python, -m, reference_child]`` (the program is given ASSET FOLDER FUNCTION after it).
     """
@@ -91,6 +96,8 @@ def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: 
         for index, feed in enumerate(feeds):
             save: Any = np.savez  # typed as if a feed could be named allow_pickle
             save(folder / f"inputs-{index}.npz", **feed)
+        if states:
+            save(folder / "states-in.npz", **states)
         done = _run_child([*(command or [sys.executable, "-m", CHILD]), str(asset), str(folder), function], timeout_s)
         log = [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
         result_file = folder / "done.json"
@@ -104,12 +111,16 @@ def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: 
         for index in range(len(feeds)):
             with np.load(folder / f"outputs-{index}.npz") as data:
                 outputs.append([np.array(data[f"o{i}"]) for i in range(len(result["output_names"]))])
+        finals: dict[str, np.ndarray] = {}
+        if (folder / "states.npz").exists():
+            with np.load(folder / "states.npz") as data:
+                finals = {name: np.array(data[name]) for name in result.get("state_names", [])}
         note = None
         if done.returncode != 0:
             note = (f"the reference runtime's process {_exit_cause(done.returncode)} after handing over its results "
                     "(Core AI may abort at interpreter exit); the results stand")
         return ReferenceRun(outputs=outputs, output_names=result["output_names"], seconds=result["seconds"],
-                            exit_note=note, log=log[-20:], op_time=op_time_table(result))
+                            exit_note=note, log=log[-20:], op_time=op_time_table(result), states=finals)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -4,7 +4,9 @@
 It reads ``FOLDER/inputs-<i>.npz`` (i = 0, 1, …), casts each input to the dtype the function declares, runs
 the function once per file and writes ``FOLDER/outputs-<i>.npz`` (in the function's output order), then
 ``FOLDER/done.json`` (output names, each call's seconds, and the runtime's own ``Profiler`` intervals of each
-``call.coreai.<op>`` summed per op over the calls), each file renamed into place once complete. It leaves
+``call.coreai.<op>`` summed per op over the calls), each file renamed into place once complete. A function with
+states (a KV cache) starts from ``FOLDER/states-in.npz`` where given (else zeros of each state's declared shape
+and type), carries them from call to call, and leaves their final values in ``FOLDER/states.npz``. It leaves
 with ``os._exit(0)`` without running C++ destructors: Core AI's runtime may abort (SIGABRT) at interpreter exit,
 and whatever happens after ``done.json`` is written, the results are already handed over.
 """
@@ -20,6 +22,27 @@ from pathlib import Path
 from typing import Any
 
 DONE = "done.json"
+STATES_IN = "states-in.npz"
+STATES_OUT = "states.npz"
+
+
+def _initial_states(desc: Any, given: Path) -> dict[str, Any]:
+    """Each state of the function as an NDArray the runtime updates in place: the given value (cast to the
+    state's type) or zeros of its declared shape."""
+    import numpy as np
+    from coreai.runtime import NDArray
+
+    names = list(desc.state_names)
+    values = dict(np.load(given)) if given.exists() else {}
+    unknown = sorted(set(values) - set(names))
+    if unknown:
+        raise SystemExit(f"the function has no state {', '.join(unknown)} (its states: {', '.join(names) or 'none'})")
+    states = {}
+    for name in names:
+        spec = desc.state_descriptor(name)
+        value = values[name] if name in values else np.zeros([int(d or 1) for d in spec.shape])
+        states[name] = NDArray(np.ascontiguousarray(np.asarray(value).astype(spec.dtype)))
+    return states
 
 
 def _write_atomic(path: Path, write: Any) -> None:
@@ -70,16 +93,21 @@ async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
         if call is None:
             raise SystemExit(f"the asset has no function {function!r} (it has {', '.join(model.function_names)})")
         desc = call.desc
+        states = _initial_states(desc, folder / STATES_IN)
         for index, sample in enumerate(samples):
             with np.load(sample) as data:
                 feeds = {name: NDArray(np.ascontiguousarray(data[name].astype(desc.input_descriptor(name).dtype)))
                          for name in desc.input_names}
             started = time.perf_counter()
-            outputs = await call(feeds)
+            outputs = await call(feeds, state=states)
             seconds.append(time.perf_counter() - started)
             arrays = {f"o{i}": np.asarray(outputs[name].numpy()) for i, name in enumerate(desc.output_names)}
             _write_atomic(folder / f"outputs-{index}.npz", lambda handle, arrays=arrays: np.savez(handle, **arrays))
-        return {"output_names": list(desc.output_names), "input_names": list(desc.input_names),
+        if states:
+            finals = {name: np.asarray(array.numpy()) for name, array in states.items()}
+            save: Any = np.savez  # typed as if a state could be named allow_pickle
+            _write_atomic(folder / STATES_OUT, lambda handle: save(handle, **finals))
+        return {"output_names": list(desc.output_names), "state_names": list(desc.state_names), "input_names": list(desc.input_names),
                 "seconds": seconds, "execute_ticks": times.execute,
                 "ops": [{"op": op, "calls": calls, "ticks": ticks} for op, (calls, ticks) in
                         sorted(times.ops.items(), key=lambda kv: -kv[1][1])]}

@@ -24,12 +24,12 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
     lines: list[str] = []
     if assets:
         lines += ["Core AI assets, read from each saved asset by Core AI's own summary (measured):", "",
-                  "| Asset | On disk | Stored scalars | Storage types | Ops besides constants |",
-                  "|---|---:|---:|---|---:|"]
+                  "| Asset | Functions (states) | On disk | Stored scalars | Storage types | Ops besides constants |",
+                  "|---|---|---:|---:|---|---:|"]
         for record, _, asset in assets:
             types = ", ".join(f"{name} ×{count:,}" for name, count in asset["storage_types"].items()
                               if (type_bits(name) or 0) <= 16 or count > 64)
-            lines.append(f"| {md_code(record.artifact_id)} | {asset['package_bytes']:,} B | "
+            lines.append(f"| {md_code(record.artifact_id)} | {functions_cell(asset)} | {asset['package_bytes']:,} B | "
                          f"{asset['weight_bytes']:,} B | {types} | {asset['compute_ops']} |")
         lines.append("")
         for record, key, asset in assets:
@@ -47,3 +47,9 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
                          f"best over {len(seconds)} call(s){top} — Core AI's single-threaded CPU reference runtime, "
                          "not device latency.\n")
     return lines
+
+
+def functions_cell(asset: dict) -> str:
+    """The asset's functions, each with its states in parentheses: `main`, or `decode` (`kv`), `main`."""
+    return ", ".join(md_code(f["name"]) + (" (" + ", ".join(md_code(s["name"]) for s in f["states"]) + ")"
+                                           if f.get("states") else "") for f in asset.get("functions", []))

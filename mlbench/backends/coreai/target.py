@@ -6,6 +6,7 @@ targets:
     precision: [float32, float16]
     optimize: [none, int4_block, palettize4]   # recipes under `optimizations:`, the same words as coreml's
     compute_units: [all]                       # macOS 27 only; the Linux reference runtime is the CPU
+    estimate_on: [a17pro, m1]                  # Core ML's cost model and rules applied to the Core AI ops
 ```
 """
 
@@ -17,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mlbench.backends.coreai.recipes import resolve, unsupported
+from mlbench.backends.coreml.chips import ChipId, builtin_chips
 from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, suggest
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
@@ -41,6 +43,13 @@ class CoreaiTarget(TargetBase):
         default=None, description="An existing .aimodel asset (relative to this file) to analyse and verify as it "
         "is: no export; optimize stays none. With several models, give it as an include entry.")
 
+    estimate_on: list[ChipId] = Field(
+        default_factory=list,
+        description="Apple chips to estimate each variant's latency on (latency.estimated.<chip>) by Core ML's cost "
+        "model and placement rules applied to the Core AI ops, where every op maps onto a Core ML op: ids of "
+        "mlbench's built-in chip profiles (a14 a15 a16 a17pro a18pro m1 m1pro m1max m2 m3 m3max m4).",
+    )
+
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
 
@@ -50,6 +59,13 @@ class CoreaiTarget(TargetBase):
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         """Recipe names exist and coreai-opt can apply each of them."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
+        chips = list(builtin_chips())
+        for i, chip_id in enumerate(self.estimate_on):
+            if chip_id in self.estimate_on[:i]:
+                problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
+            elif chip_id not in chips:
+                problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
+                                 f"(known: {', '.join(chips)})"))
         if self.package is not None:
             if self.optimize != [NO_OPTIMIZATION]:
                 problems.append((("optimize",), "an existing asset is verified as it is: optimize stays none"))
