@@ -31,7 +31,6 @@ TIMEOUT = object()
 """What `Channel.receive` gives when the deadline passed before a whole message arrived."""
 
 
-
 class BadFrame(Exception):
     """Bytes on the channel that are not a message of ours; the text says what was wrong, in a few words."""
 
