@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -66,12 +66,22 @@ class Metric(BaseModel):
     unit: str = Field(description="Unit of value: ms, s, bytes, ratio, count, ...")
     source: Source | None = Field(description="measured, emulated, reference or estimated; null when value is null.")
     reason: str | None = Field(default=None, description="Why value is null.")
-    band: Band | None = Field(default=None, exclude_if=lambda v: v is None,
+    band: Band | None = Field(default=None,
                               description="For estimates: how far such estimates were from measurements "
                               "(calibration), where known.")
-    measured_as: str | None = Field(default=None, exclude_if=lambda v: v is None,
+    measured_as: str | None = Field(default=None,
                                     description="For an estimate of what this machine also measured: the "
                                     "measured metric's name (reports show their ratio).")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_unset_extras(self, handler: SerializerFunctionWrapHandler):  # no return annotation: see
+        # NotFiniteAsAbsent. Written out by hand rather than with Field(exclude_if=...), which needs pydantic 2.12
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in ("band", "measured_as"):
+                if data.get(name, 0) is None:
+                    del data[name]
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +132,9 @@ class NotFiniteAsAbsent(BaseModel):
     """Writes each inf or nan float field as null with `not_finite[field] = "inf: why"`, and reads such a
     null back as the inf or nan it was, so a record round-trips through JSON unchanged."""
 
+    omit_when_none: ClassVar[tuple[str, ...]] = ()
+    """Optional fields left out of the JSON while unset (pydantic 2.12's Field(exclude_if=...), by hand)."""
+
     def _why_not_finite(self) -> str:
         return NOT_FINITE
 
@@ -138,6 +151,11 @@ class NotFiniteAsAbsent(BaseModel):
                 reasons.setdefault(name, not_finite_reason(value, self._why_not_finite()))
         if reasons:
             data["not_finite"] = reasons
+        else:
+            data.pop("not_finite", None)  # only the figures that were inf or nan are listed
+        for name in self.omit_when_none:
+            if data.get(name, 0) is None:
+                del data[name]
         return data
 
     @model_validator(mode="before")
@@ -178,7 +196,7 @@ class Latency(BaseModel):
 
 
 def _not_finite_field() -> Any:
-    return Field(default_factory=dict, exclude_if=lambda v: not v,
+    return Field(default_factory=dict,  # left out of the JSON when empty (NotFiniteAsAbsent)
                  description="The figures that were inf or nan (null here), each with the reason.")
 
 
@@ -226,9 +244,10 @@ class Verification(NotFiniteAsAbsent):
         "of rows whose arg-max matches eager's, the worst such output over every sample.")
     method: str | None = Field(default=None, description="How the outputs were had, in plain words (e.g. the "
                                "interpreter's precision rule for emulated verification).")
-    overflow: str | None = Field(default=None, exclude_if=lambda v: v is None, description="Where values passed "
+    overflow: str | None = Field(default=None, description="Where values passed "
                                  "float16's range (65504): the output that does in eager float32, and the op "
                                  "where it first happens in the emulated program, when known.")
+    omit_when_none: ClassVar[tuple[str, ...]] = ("overflow",)
     not_finite: dict[str, str] = _not_finite_field()
 
     @property
