@@ -34,6 +34,18 @@ class VariantSkipped(Exception):
     """This machine cannot run the variant (no CUDA, not macOS, provider missing): not a failure."""
 
 
+def require_modules(backend: str, extra: str, modules: tuple[tuple[str, str], ...]) -> None:
+    """VariantSkipped naming the extra when a package the backend imports is not installed (`modules`:
+    (import name, distribution name) pairs): this machine cannot run the variant, which is no failure of
+    the model. `find_spec` looks without importing."""
+    import importlib.util
+
+    missing = [dist for module, dist in modules if importlib.util.find_spec(module) is None]
+    if missing:
+        raise VariantSkipped(f"the {backend} backend needs {' and '.join(missing)}, which is not installed: "
+                             f"pip install 'mlbench-ondevice[{extra}]'")
+
+
 @dataclass
 class Exported:
     """What `export` hands to `measure`: an in-memory object, a cached file, or both."""

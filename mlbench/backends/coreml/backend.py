@@ -20,6 +20,7 @@ from mlbench.backends.base import (
     VariantSkipped,
     existing_artifact_info,
     placement_metrics,
+    require_modules,
 )
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
@@ -74,6 +75,7 @@ class CoremlBackend(Backend):
     target: CoremlTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        require_modules(self.name, "coreml", (("coremltools", "coremltools"),))
         from mlbench.backends.coreml.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.deployment import check_deployment_target
         from mlbench.backends.coreml.export import ExportResult, export_coreml

@@ -31,6 +31,7 @@ from mlbench.backends.base import (
     VariantSkipped,
     existing_artifact_info,
     placement_metrics,
+    require_modules,
     runtime_metrics,
 )
 from mlbench.backends.cached_export import build_cached
@@ -87,6 +88,7 @@ class OnnxruntimeBackend(Backend):
     target: OnnxruntimeTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
+        require_modules(self.name, "onnxruntime", (("onnx", "onnx"), ("onnxruntime", "onnxruntime")))
         from mlbench.backends.onnxruntime.export import OnnxExportResult, export_onnx, graph_summary
 
         precision = variant.axis("precision")
