@@ -177,7 +177,7 @@ def _weak_note(scale: dict[str, float], judged: dict[str, list[float]], toleranc
         return None
     if len(silent) == len(scale):
         return ("the reference outputs are all 0: neither max_rel nor SNR can tell a wrong export from a right one; "
-                "random weights often do this (see examples/random_weights.py)")
+                "random weights often do this (see pipelines/models/random_weights.py)")
     parts = []
     if weak:
         subject = "outputs are" if len(weak) == len(scale) else (

@@ -192,7 +192,8 @@ def test_snr_floors_per_precision_and_recipe(write_pipeline):
     assert verify.min_snr_db_for("float16", "palettize4") == 10.0  # a recipe without an entry of its own
     assert verify.min_snr_db_for("int8") == 30.0  # a precision mlbench has no floor for: float16's
     path = write_pipeline(ISSUE_EXAMPLE.replace("verify: {tolerance: {float32: 1.0e-4, float16: 1.0e-2}}",
-                                                "verify: {min_snr_db: {float16: 8, palettize4: 20, bfloat16: 25}}"))
+                                                "verify: {min_snr_db: {float16: 8, palettize4: 20, bfloat16: 25}}\n"
+                                                "optimizations: {palettize4: {kind: palettize, nbits: 4}}"))
     verify = load_pipeline(path).config.verify
     assert verify.min_snr_db_for("float16", "palettize4") == 20.0  # the recipe's own entry wins
     assert verify.min_snr_db_for("float16", "w8a8") == 8.0  # the precision's floor is lower than a recipe's

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.torch
 def test_run_writes_valid_reports_and_keeps_going(write_pipeline, tiny_pipeline_text, tmp_path, capsys):
     broken_models = f"""\
   - name: missing_module
-    source: no_such_package.models:Net
+    source: broken_import.py:Net
     inputs: [{{name: x, shape: [1, 3]}}]
   - name: wrong_shape
     source: {ROOT}/examples/tiny_cnn.py:TinyCNN
@@ -28,6 +28,8 @@ targets:"""
     text = tiny_pipeline_text.replace("targets:", broken_models, 1).replace(
         "precision: [float32]", "precision: [float32, bfloat16]")
     path = write_pipeline(text)
+    # found by validate (it exists and defines Net), failing only when imported
+    (tmp_path / "broken_import.py").write_text("import no_such_package\n\n\nclass Net:\n    pass\n")
 
     assert main(["run", str(path)]) == 1  # some variants failed
     err = capsys.readouterr().err
@@ -46,7 +48,7 @@ targets:"""
     assert bf16["verify"]["reference"] == "torch/cpu/float32" and bf16["verify"]["passed"]
     assert 0 < bf16["verify"]["max_rel"] < 5e-2
     assert records["missing_module/torch/cpu/float32"]["error"] == (
-        "model: cannot import 'no_such_package.models': ModuleNotFoundError: No module named 'no_such_package'"
+        "model: cannot import broken_import.py: ModuleNotFoundError: No module named 'no_such_package'"
     )
     assert records["wrong_shape/torch/cpu/bfloat16"]["error"].startswith(
         "model: model does not run on its inputs (image[1, 5, 32, 32]): RuntimeError: ")

@@ -45,7 +45,7 @@ def test_an_all_zero_reference_is_called_uncheckable_and_judged_by_max_rel_alone
     assert result.snr_db == float("-inf")  # reported: no signal, only noise; but not judged (there is nothing to judge)
     assert result.passed and result.failures == []
     assert result.note == ("the reference outputs are all 0: neither max_rel nor SNR can tell a wrong export from a "
-                           "right one; random weights often do this (see examples/random_weights.py)")
+                           "right one; random weights often do this (see pipelines/models/random_weights.py)")
     informative = compare_outputs([("y", np.ones(4))], [np.ones(4)], tolerance=1e-4, min_snr_db=60.0,
                                   reference_name="r")
     assert informative.note is None and informative.passed

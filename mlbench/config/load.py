@@ -12,6 +12,8 @@ from pydantic import BaseModel, ValidationError
 
 from mlbench.config.base import SHAPE_AXIS, suggest
 from mlbench.config.model_checks import check_models, sourceless_variants
+from mlbench.config.name_checks import exclude_values, verify_keys
+from mlbench.config.source_checks import check_sources
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
 from mlbench.errors import UserError
 
@@ -136,8 +138,10 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
     for i, include in enumerate(config.include):
         if include.model not in model_names:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
-    for loc, what in check_models(config, Path(loaded.path).parent):
+    for loc, what in check_models(config, Path(loaded.path).parent) + check_sources(config, Path(loaded.path).parent):
         error(loc, what)
+    for loc, what in verify_keys(config):
+        error(loc, what, key=True)
     fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS})
     for i, entry in enumerate(config.exclude):
         if not entry:
@@ -146,6 +150,8 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
             if key not in fields:
                 error(("exclude", i, key), f"unknown variant field '{key}'{suggest(str(key), fields)} "
                       f"(fields: {', '.join(fields)})", key=True)
+    for loc, what in exclude_values(config, fields):
+        error(loc, what)
     if not errors:
         from mlbench.matrix import VariantConflict, expand
 
