@@ -8,13 +8,75 @@ Select either part with `-m torch` / `-m "not torch"`.
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
 import textwrap
+import time
 from functools import cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+HOME_ENV = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
+SNAPSHOT_ENV = "MLBENCH_TEST_REAL_HOME"  # the real home's snapshot, for tests/test_zz_home_untouched.py
+
+
+def _real_home_snapshot() -> dict:
+    """Where mlbench keeps the user's cache and history with the environment the tests were started in, and
+    what is there now (the session ends by checking they are as they were)."""
+    from mlbench.store.cache import default_cache_dir
+    from mlbench.store.history import default_history_path
+
+    cache_dir, history = default_cache_dir(), default_history_path()
+    return {"started": time.time(), "cache_dir": str(cache_dir), "cache_existed": cache_dir.exists(),
+            "history": str(history), "history_existed": history.exists()}
+
+
+_SESSION_HOME = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Before any fixture or test module runs (module- and session-scoped fixtures included): HOME, the XDG
+    folders and mlbench's own variables point into a private folder for the whole session, so no test can
+    reach the user's cache or run history. xdist workers inherit the redirection from the controller."""
+    if SNAPSHOT_ENV in os.environ:  # an xdist worker: the controller has done it
+        return
+    home = Path(tempfile.mkdtemp(prefix="mlbench-test-home-"))
+    snapshot = {**_real_home_snapshot(), "session_home": str(home), "real_env": {k: os.environ.get(k) for k in (
+        *HOME_ENV, "MLBENCH_CACHE_DIR", "MLBENCH_HISTORY")}}
+    (home / "real-home.json").write_text(json.dumps(snapshot), encoding="utf-8")
+    for name in HOME_ENV:
+        os.environ[name] = str(home / name.lower())
+    os.environ["MLBENCH_CACHE_DIR"] = str(home / "mlbench-cache")
+    os.environ["MLBENCH_HISTORY"] = str(home / "mlbench-history.sqlite")
+    os.environ[SNAPSHOT_ENV] = str(home / "real-home.json")
+    config.stash[_SESSION_HOME] = home
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The controller's own last word (under xdist a worker's last test may not be the session's): the
+    user's history holds no run of this session's pipelines, and an absent cache stayed absent."""
+    if _SESSION_HOME not in session.config.stash:
+        return
+    from tests.home_check import home_problems
+
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    problems = home_problems(Path(os.environ[SNAPSHOT_ENV]), factory.getbasetemp() if factory else None)
+    if problems:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in problems:
+            if reporter is not None:
+                reporter.write_line(f"ERROR: {line}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = config.stash.get(_SESSION_HOME, None)
+    if home is not None:
+        shutil.rmtree(home, ignore_errors=True)
 
 TINY_PIPELINE = """\
 version: 1
@@ -46,7 +108,9 @@ def _torch_missing() -> str | None:
 @pytest.hookimpl(trylast=True)  # after -m has deselected: torch is imported only if a selected test needs it
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test is `torch` when it, its class or its module carries the marker (as `-m torch` sees it);
-    without torch such a test is skipped, saying why."""
+    without torch such a test is skipped, saying why. The check that the user's home was left alone runs
+    last."""
+    items.sort(key=lambda item: item.get_closest_marker("runs_last") is not None)
     for item in items:
         if item.get_closest_marker("torch") is not None and (reason := _torch_missing()) is not None:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -162,9 +162,8 @@ def test_pull_request_job_runs_in_a_fresh_repository_without_torch(tmp_path):
     of a changed pipeline lands in plan.md and the summary, and no ML framework is imported."""
     git = lambda cwd, *args: subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True)  # noqa: E731
     upstream, work = tmp_path / "upstream", tmp_path / "work"
-    (upstream / "pipelines").mkdir(parents=True)
-    for path in (ROOT / "pipelines").glob("*.yaml"):
-        shutil.copy(path, upstream / "pipelines" / path.name)
+    upstream.mkdir()  # the pipelines as a user copies them: the folder, with the models it names
+    shutil.copytree(ROOT / "pipelines", upstream / "pipelines", ignore=shutil.ignore_patterns("reports", "__pycache__"))
     git(upstream, "init", "-q", "-b", "main")
     git(upstream, "-c", "user.email=ci@example.com", "-c", "user.name=CI", "add", ".")
     git(upstream, "-c", "user.email=ci@example.com", "-c", "user.name=CI", "commit", "-q", "-m", "pipelines")

@@ -96,6 +96,11 @@ class BackendSpec:
     """Families of metrics its records carry beyond mlbench's own catalog."""
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
+    requires: tuple[tuple[str, str], ...] = ()
+    """(import name, distribution) pairs without which none of its variants can run: a run whose every variant
+    lacks one stops before starting, naming `extra` (`mlbench.run.preflight`)."""
+    extra: str | None = None
+    """The `mlbench-ondevice[EXTRA]` that installs `requires`."""
     extras: dict[str, Any] = field(default_factory=dict)
 
     def warmups(self) -> tuple[str, ...]:

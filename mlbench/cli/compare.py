@@ -7,6 +7,7 @@ regression, 1 a regression, 2 bad input (a missing file, a bad rule, an unknown 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,8 +156,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except HistoryError as exc:
             if not args.allow_missing_base:
                 raise
-            print(f"## mlbench compare: {head_report.pipeline.name}\n\nNothing to compare with: {exc.what} "
-                  f"({db}). This run is the first; later runs compare against it.")
+            note = f"Nothing to compare with: {exc.what} ({db}). This run is the first; later runs compare against it."
+            if args.format == "json":  # what a nightly's parser reads: a comparison without a base
+                from mlbench.compare.comparison import run_ref
+
+                head_ref = run_ref(head_report, head.text, head.commit).model_dump(mode="json")
+                print(json.dumps({"base": None, "head": head_ref, "rules": texts, "variants": [], "warnings": [note],
+                                  "regressed": False, "counts": {}, "missing_base": note}, indent=2))
+            else:
+                print(f"## mlbench compare: {head_report.pipeline.name}\n\n{note}")
             return 0
     else:
         base_report = base.report

@@ -122,7 +122,7 @@ def _yaml11_switches(config: PipelineConfig, loaded: Any) -> list[UserError]:
     return errors
 
 
-def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
+def _check_references(config: PipelineConfig, loaded: Any, on_disk: bool = True) -> list[UserError]:
     """What pydantic can't see: names in include/exclude must exist, and the matrix can't be empty."""
     errors: list[UserError] = []
     model_names = [m.name for m in config.models]
@@ -138,7 +138,8 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
     for i, include in enumerate(config.include):
         if include.model not in model_names:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
-    for loc, what in check_models(config, Path(loaded.path).parent) + check_sources(config, Path(loaded.path).parent):
+    base_dir = Path(loaded.path).parent
+    for loc, what in check_models(config, base_dir) + (check_sources(config, base_dir) if on_disk else []):
         error(loc, what)
     for loc, what in verify_keys(config):
         error(loc, what, key=True)
@@ -249,15 +250,17 @@ def load_pipeline_text(text: str | bytes, path: str | Path) -> Pipeline:
     is where relative paths in it resolve from."""
     from mlbench.config.loader import load_yaml_text
 
-    return _validated(load_yaml_text(text, path), Path(path))
+    return _validated(load_yaml_text(text, path), Path(path), on_disk=False)
 
 
-def _validated(loaded: Any, path: Path) -> Pipeline:
+def _validated(loaded: Any, path: Path, on_disk: bool = True) -> Pipeline:
+    """`on_disk`: the file is where `path` says, so the model files and modules it names can be looked for (not
+    so for a file's text at a git ref)."""
     try:
         config = PipelineConfig.model_validate(loaded.data)
     except ValidationError as exc:
         raise PipelineInvalid(errors_from_validation(exc, loaded)) from None
-    problems = _yaml11_switches(config, loaded) or _check_references(config, loaded)
+    problems = _yaml11_switches(config, loaded) or _check_references(config, loaded, on_disk)
     if problems:
         raise PipelineInvalid(problems)
     return Pipeline(config=config, path=path, sha256=loaded.sha256)

@@ -222,10 +222,14 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
     executor: a Dask scheduler address (`tcp://host:8786`) overriding the pipeline's `executor:`.
     resume: reuse the journal's records whose variants and inputs are unchanged and run the rest.
     retry_crashed: with resume, measure again a variant the run died on twice.
-    Raises RunUnfinished (exit code 3) after writing the partial report when the run cannot finish.
+    Raises RunUnfinished (exit code 3) after writing the partial report when the run cannot finish, and
+    NothingCanRun (exit code 2, before anything is written) when no variant has the packages it needs.
     """
     from mlbench.report import write_reports
+    from mlbench.run.preflight import check_runnable
 
+    if executor is None and pipeline.config.executor.kind == "local":  # a cluster's workers have their own packages
+        check_runnable(pipeline, expand(pipeline.config))  # nothing can run: stop before touching anything
     with ReportLock(pipeline.report_dir):
         runner = Runner(pipeline, progress, jobs=jobs, executor=executor, resume=resume,
                         retry_crashed=retry_crashed)

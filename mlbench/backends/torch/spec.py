@@ -8,5 +8,7 @@ SPEC = BackendSpec(
     target=TorchTarget,
     backend="mlbench.backends.torch.backend:TorchBackend",
     packages=("torch", "torchvision"),
+    requires=(("torch", "torch"),),
+    extra="torch",
     order=0,
 )
