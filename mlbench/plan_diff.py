@@ -91,11 +91,16 @@ def _fields(dumped: dict[str, Any], variant: Variant) -> tuple[dict[str, Any], d
     target = targets[variant.target_index] if variant.target_index < len(targets) else {}
     artifact: dict[str, Any] = {"seed": dumped["seed"]}
     artifact.update(_flat({k: v for k, v in model.items() if k != "name"}, "model"))
-    artifact.update(_flat(json.loads(variant.fixed), "options"))
+    from mlbench.backends.registry import specs
+
+    options = json.loads(variant.fixed)
+    only_measured = specs()[variant.backend].target.measurement_options
+    artifact.update(_flat({k: v for k, v in options.items() if k not in only_measured}, "options"))
     for name, value in variant.axes:
         if value in dumped["optimizations"] and name in variant.artifact_axes:
             artifact.update(_flat(dumped["optimizations"][value], f"optimizations.{value}"))
     measured = {"runs_on": target.get("runs_on")}
+    measured.update(_flat({k: v for k, v in options.items() if k in only_measured}, "options"))
     return artifact, measured
 
 

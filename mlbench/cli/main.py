@@ -63,6 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mlbench.run.progress import for_terminal
     from mlbench.run.runner import run
 
+    if args.retry_crashed and not args.resume:
+        raise UserError("--retry-crashed: only with --resume (it measures again a variant the last run died on)")
     pipeline = load_pipeline(args.file)
     address = _executor_address(args.executor)
     jobs = args.jobs if args.jobs is not None else default_jobs()
@@ -129,7 +131,7 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
 
 def cmd_cache_info(args: argparse.Namespace) -> int:
     entry = _cache(args).find(args.key)
-    print(json.dumps({"path": str(entry.path), **entry.meta}, indent=2, sort_keys=True))
+    print(json.dumps(entry.summary(), indent=2))
     return 0
 
 

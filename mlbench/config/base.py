@@ -135,6 +135,9 @@ class TargetBase(StrictModel):
         default=None, description="This target's own limits, over the pipeline's `limits:` (e.g. a longer export_s).")
     axes: ClassVar[tuple[str, ...]] = ()
     artifact_axes: ClassVar[tuple[str, ...]] = ()
+    measurement_options: ClassVar[tuple[str, ...]] = ()
+    """Non-axis options that shape only the measurement or the estimates, never the exported artifact (what
+    `mlbench plan --diff` counts as a changed variant but not a changed artifact)."""
 
     def axis_values(self) -> dict[str, list[Any]]:
         return {name: list(getattr(self, name)) for name in self.axes}

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 from mlbench.config.base import SHAPE_AXIS, suggest
 from mlbench.config.model_checks import check_models, sourceless_variants
 from mlbench.config.name_checks import exclude_values, verify_keys
-from mlbench.config.source_checks import check_sources
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
+from mlbench.config.source_checks import check_sources
 from mlbench.errors import UserError
 
 

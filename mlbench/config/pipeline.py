@@ -194,7 +194,15 @@ else:
 
 
 class PipelineConfig(StrictModel):
-    """A benchmark sweep: models × targets (each list value an axis), minus exclude, plus include."""
+    """A benchmark sweep: models × targets (each list value an axis), minus exclude, plus include.
+
+    This schema checks each key and value on its own. Rules that need the whole file, its folder or mlbench's
+    registries only `mlbench validate` checks (run it before committing): a target's optimize names a recipe
+    under optimizations that its backend can apply; model names are unique; estimate_on names a known chip (or
+    one in chip_profiles); include models and exclude values name models and axis values that exist; verify's
+    tolerance and min_snr_db keys are precisions or recipes; model files, modules and their factories exist;
+    saved models, values files and existing packages are there; no variant is given twice with different
+    options, and the matrix is not empty."""
 
     version: Literal[1] = Field(description="Pipeline file format version.")
     name: str = Field(pattern=SAFE_NAME, description="Name of the sweep, used for the default report dir.")

@@ -12,7 +12,7 @@ from mlbench.compare.comparison import (
     describe_change,
 )
 from mlbench.metrics import estimate_mark, format_value, headline
-from mlbench.report.text import md_cell, md_code
+from mlbench.report.text import md_cell, md_code, md_inline
 
 TITLES = {"regressed": "Regressed", "improved": "Improved", "unchanged": "Unchanged", "new": "New", "gone": "Gone"}
 
@@ -83,7 +83,7 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     if c.interleaved is not None:
         lines += [_interleaved(c.interleaved), ""]
     for warning in c.warnings:
-        lines.append(f"> warning: {md_cell(warning)}")
+        lines.append(f"> warning: {md_inline(warning)}")
     if c.warnings:
         lines.append("")
 

@@ -20,6 +20,7 @@ from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import COUNT_SHARE, Metric, RunRecord, Source
+from mlbench.report.text import counted
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 UNKNOWN_COLOR = "#bdbdbd"
@@ -217,7 +218,7 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
         mark = ESTIMATE_MARK if "estimated" in sources else ""
         switches = value_of(record, "placement.switches")
         text = (f"{mark}{' '.join(shares)}" + (" of ops" if of == "ops" else "")
-                + (f", {switches.value:g} switches" if switches else ""))
+                + (f", {counted(switches.value, 'switch', 'switches')}" if switches else ""))
         parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
     parts.append("</svg>")
     legend = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)

@@ -13,7 +13,7 @@ from mlbench.backends.spec import load_attr
 from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.report.markdown_layout import COMMENT_LIMIT, Column, Section, fit_comment, render_table
-from mlbench.report.text import md_cell, md_code
+from mlbench.report.text import md_cell, md_code, md_inline
 from mlbench.units import human_bytes
 
 FULL_NAME = "report.full.md"
@@ -61,6 +61,9 @@ def _verify(record: RunRecord) -> str:
         mark += " (outputs near 0: max_rel blind" + (f"; SNR {snr:.0f} dB)" if snr is not None and isfinite(snr) else ")")
     if record.verify.samples > 1:
         mark += f" ({record.verify.samples} samples)"
+    if record.verify.max_rel == 0 and record.verify.max_abs == 0 and not record.verify.note:
+        mark += (" (identical outputs: emulated with the reference's own kernels)" if record.verify.source == "emulated"
+                 else " (identical outputs)")  # exactly 0 is no rounding: say why, or it reads as a glitch
     return f"{source_mark(record.verify.source)}{record.verify.max_rel:.2e}{mark}"
 
 
@@ -132,7 +135,7 @@ def render_placement_notes(records: list[RunRecord]) -> list[str]:
         return []
     lines = ["Placement notes:", ""]
     for note, variants in notes.items():
-        lines.append(f"- {', '.join(md_code(v) for v in variants)}: {md_cell(note)}")
+        lines.append(f"- {', '.join(md_code(v) for v in variants)}: {md_inline(note)}")
     return lines + [""]
 
 

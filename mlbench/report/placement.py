@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from mlbench.backends.registry import devices as known_devices
 from mlbench.records import Placement
-from mlbench.report.text import md_cell
+from mlbench.report.text import counted, md_cell, md_inline
 
 
 def _pct(value: float | None) -> str:
@@ -23,11 +23,11 @@ def render_placement_markdown(placement: Placement, *, title: str, max_ops: int 
                      f"| {_pct(cost) if placement.by_cost else '–'} |")
     basis = {"estimated_cost": "Core ML's estimated cost", "time": "measured time", "macs": "MACs",
              "roofline": "roofline time (FLOPs and bytes on a reference chip)"}
-    lines += ["", f"{placement.compute_ops} compute operations ({placement.constants} constants counted apart); "
-              f"{placement.switches} device switches; cost share by "
+    lines += ["", f"{counted(placement.compute_ops, 'compute operation')} ({counted(placement.constants, 'constant')} "
+              f"counted apart); {counted(placement.switches, 'device switch', 'device switches')}; cost share by "
               f"{basis.get(placement.cost_basis or '', 'nothing known')}.", ""]
     if placement.note:
-        lines += [md_cell(placement.note), ""]
+        lines += [md_inline(placement.note), ""]
     shown = placement.ops if max_ops is None else placement.ops[:max_ops]
     lines += [f"<details><summary>Operations ({len(placement.ops)})</summary>", "",
               "| # | Op | Type | Device | Supported | Cost | Reason |", "|---:|---|---|---|---|---:|---|"]

@@ -72,3 +72,20 @@ def json_text(text: str) -> str:
 def html_text(text: object) -> str:
     """`text` for HTML (and the SVG in it): `&`, `<`, `>` and quotes escaped, controls shown as escapes."""
     return escape(printable(text))
+
+
+def counted(count: float, word: str, plural: str | None = None) -> str:
+    """`1 switch`, `2 switches`, `0 constants`: a count with its noun in the right number."""
+    return f"{count:g} {word if count == 1 else plural or word + 's'}"
+
+
+def md_inline(text: object) -> str:
+    """`text` as md_cell writes it, except that each pair of backticks becomes a code span (md_code): what mlbench
+    writes as `precision: float16` reads as code on GitHub, not as escaped backticks shown literally. A code span
+    opens no link, emphasis or HTML, so text from a model or a file stays as inert as md_cell keeps it; an
+    unpaired backtick stays escaped."""
+    parts = re.split(r"`([^`]+)`", printable(one_line(text)))
+    out = [md_cell(parts[0]) + (" " if parts[0].endswith(" ") else "")]
+    for i, part in enumerate(parts[1:], 1):
+        out.append(md_code(part) if i % 2 else _SPECIAL.sub(r"\\\1", part).replace("<", "&lt;"))
+    return "".join(out)

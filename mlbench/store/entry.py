@@ -55,6 +55,30 @@ class CacheEntry:
             return 0.0
 
 
+    def summary(self, limit: int = 300) -> dict[str, Any]:
+        """What `mlbench cache info` shows: the facts of the entry, with a large value (a Core ML analysis's
+        layers) replaced by its size, and without the temporary folder it was exported in (gone since)."""
+        from datetime import datetime
+
+        out: dict[str, Any] = {"key": self.key, "path": str(self.path), "artifact": str(self.artifact_path),
+                               "last_used": datetime.fromtimestamp(self.last_used).isoformat(timespec="seconds")}
+        for name, value in sorted(self.meta.items()):
+            if name in out:
+                continue
+            if isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k != "path"}  # the export's temporary folder
+                value = {k: v if len(json.dumps(v, default=str)) <= limit else _sized(v) for k, v in value.items()}
+            elif len(json.dumps(value, default=str)) > limit:
+                value = _sized(value)
+            out[name] = value
+        return out
+
+
+def _sized(value: Any) -> str:
+    count = f"{len(value)} items, " if isinstance(value, (list, dict)) else ""
+    return f"({count}{len(json.dumps(value, default=str)):,} characters: in {META_NAME})"
+
+
 class Corrupt(Exception):
     """An entry that cannot be served; the message says why."""
 

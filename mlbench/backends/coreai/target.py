@@ -52,6 +52,7 @@ class CoreaiTarget(TargetBase):
 
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
+    measurement_options = ("estimate_on",)  # load-time hints and estimates: the package stays the same
 
     def existing_artifact(self) -> tuple[str, Path] | None:
         return None if self.package is None else ("package", self.package)

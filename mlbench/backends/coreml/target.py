@@ -149,6 +149,7 @@ class CoremlTarget(TargetBase):
 
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
+    measurement_options = ("estimate_on", "chip_profiles", "reshape_frequency")  # load-time hints and estimates: the package stays the same
 
     def existing_artifact(self) -> tuple[str, Path] | None:
         return None if self.package is None else ("package", self.package)
