@@ -142,8 +142,9 @@ def _installs(workflow: dict) -> list[str]:
 def test_workflows_install_mlbench_itself_not_the_users_repository():
     name = _pyproject()["project"]["name"]
     assert name != "mlbench"  # another project's name on the package index
-    assert _installs(load("pull-request.yml")) == [name]  # the core: no torch, no coremltools
-    assert _installs(load("nightly.yml")) == [f"{name}[coreml]"]
+    # not on the package index yet: from mlbench's git repository, named by a repository variable
+    assert _installs(load("pull-request.yml")) == [f"{name} @ ${{{{ vars.MLBENCH_GIT }}}}"]  # the core only
+    assert _installs(load("nightly.yml")) == [f"{name}[coreml] @ ${{{{ vars.MLBENCH_GIT }}}}"]
     extras = _pyproject()["project"]["optional-dependencies"]
     assert not any(d.split(">")[0].split("[")[0] in ("torch", "coremltools", "onnxruntime")
                    for d in _pyproject()["project"]["dependencies"])
