@@ -27,6 +27,12 @@ seed: 0
 """
 
 
+@pytest.fixture(autouse=True)
+def _model_file(tmp_path):
+    """The file BASE names (validate reads it for a top-level `Net`)."""
+    (tmp_path / "model.py").write_text("class Net:\n    pass\n", encoding="utf-8")
+
+
 def errors(path: Path) -> list[str]:
     with pytest.raises(UserError) as info:
         load_pipeline(path)

@@ -25,7 +25,7 @@ models:
     kwargs: {{blocks: 3, width: 64}}
     inputs: [{{name: x, shape: [1, 64]}}]
   - name: broken
-    source: {ROOT}/examples/no_such_file.py:Model
+    source: {ROOT}/tests/faulty_models.py:Faulty   # without its `fault` argument: building it fails
     inputs: [{{name: x, shape: [1, 8]}}]
 targets:
   - backend: onnxruntime
@@ -90,7 +90,7 @@ def test_a_model_that_kills_its_process_when_sized_costs_only_the_order(write_pi
     from mlbench.run.executors import LocalExecutor
     from mlbench.run.runner import Runner
 
-    text = PIPELINE.replace(f"{ROOT}/examples/no_such_file.py:Model", f"{ROOT}/tests/faulty_models.py:ExitOnBuild")
+    text = PIPELINE.replace(f"{ROOT}/tests/faulty_models.py:Faulty", f"{ROOT}/tests/faulty_models.py:ExitOnBuild")
     pipeline = load_pipeline(write_pipeline(text))
     runner = Runner(pipeline, jobs=2)
     exports = [g[0] for g in Plan(runner.plan.variants).artifact_groups()]
