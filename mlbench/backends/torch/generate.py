@@ -5,43 +5,19 @@ per new token, and verified against eager float32 CPU's own generation (teacher 
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.base import REFERENCE, Measurement
 from mlbench.generate.metrics import generative_metrics, verification_metrics, verify_generation
 from mlbench.generate.reference import REFERENCE_NAME, eager_generation, prompt_tokens
-from mlbench.timing import quiet_heap, time_calls
+from mlbench.generate.timing import decode_rounds, time_decode
+from mlbench.timing import time_calls
 
 if TYPE_CHECKING:
     from mlbench.config.pipeline import PipelineConfig
-    from mlbench.generate.eager import CachedGenerator
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
-
-
-def decode_samples(generator: CachedGenerator, prompt: Any, new_tokens: int, *, rounds: int, warmup: int,
-                   sync: Callable[[], Any]) -> list[float]:
-    """Milliseconds of each decode step over `rounds` generations of `new_tokens` steps (after `warmup` untimed
-    generations), each step the greedy choice of the one before it; prefill is not timed here."""
-    import torch
-
-    clock = time.perf_counter_ns
-    samples_ns: list[int] = []
-    with quiet_heap():
-        for r in range(warmup + rounds):
-            token = generator.prefill(prompt).argmax().reshape(1, 1)
-            sync()
-            for _ in range(new_tokens):
-                t0 = clock()
-                logits = generator.decode(token)
-                token = torch.argmax(logits).reshape(1, 1)
-                sync()
-                if r >= warmup:
-                    samples_ns.append(clock() - t0)
-    return [s / 1e6 for s in samples_ns]
 
 
 def measure_generation(model: LoadedModel, payload: Any, variant: Variant, config: PipelineConfig, *,
@@ -59,15 +35,20 @@ def measure_generation(model: LoadedModel, payload: Any, variant: Variant, confi
     prompt = torch.from_numpy(prompt_tokens(model.spec, model.seed, variant.prompt)).to(device)
     settings = config.latency
 
-    def prefill() -> None:
-        generator.prefill(prompt)
+    def prefill() -> Any:
+        logits = generator.prefill(prompt)
         sync()
+        return logits
+
+    def step(logits: Any) -> Any:
+        logits = generator.decode(torch.argmax(logits).reshape(1, 1))
+        sync()
+        return logits
 
     prefill_latency = time_calls(prefill, warmup=settings.warmup, repeats=settings.repeats,
                                  min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
-    rounds = max(1, math.ceil(settings.repeats / generate.new_tokens))
-    decode = decode_samples(generator, prompt, generate.new_tokens, rounds=rounds, warmup=min(settings.warmup, 1),
-                            sync=sync)
+    rounds = decode_rounds(settings.repeats, generate.new_tokens)
+    decode = time_decode(prefill, step, generate.new_tokens, rounds=rounds, warmup=min(settings.warmup, 1))
     metrics = generative_metrics(prefill_ms=prefill_latency.samples, decode_ms=decode,
                                  kv_cache_bytes=generator.kv_bytes())
     details: dict[str, Any] = {"generate": {"prompt": variant.prompt, "new_tokens": generate.new_tokens,
