@@ -97,8 +97,8 @@ def test_a_generative_pipeline_reports_prefill_decode_and_its_section(tmp_path):
     records = {r.variant_id: r for r in report.records}
     assert list(records) == ["llama/torch/cpu/float32/p8", "llama/torch/cpu/float32/p24",
                              "llama/onnxruntime/float32/cpu/p8", "llama/onnxruntime/float32/cpu/p24",
-                             "llama/executorch/xnnpack/float32/p8", "llama/executorch/xnnpack/float32/p24"]
-    skipped = records["llama/executorch/xnnpack/float32/p8"]
+                             "llama/executorch/xnnpack/float32/none/p8", "llama/executorch/xnnpack/float32/none/p24"]
+    skipped = records["llama/executorch/xnnpack/float32/none/p8"]
     assert (skipped.status, skipped.error) == ("skipped", "the executorch backend does not run generative models "
                                                "yet: model 'llama' has a generate block (prefill and decode against "
                                                "a key/value cache)")
