@@ -47,8 +47,9 @@ def test_prompt_and_new_tokens_must_fit_the_context(write_pipeline):
     path = pipeline(write_pipeline, generate="{prompt: [32, 128], new_tokens: 160, context: 256}")
     assert errors(path) == ["models[0].generate: prompt 128 + new_tokens 160 = 288 exceeds context 256: raise "
                             "context or shorten the prompt or new_tokens"]
-    text = str(pytest.raises(UserError, load_pipeline, path).value)
-    assert text.startswith(f"{path}:7:"), text  # the file, line and column of the generate block
+    with pytest.raises(UserError) as info:
+        load_pipeline(path)
+    assert str(info.value).startswith(f"{path}:7:"), str(info.value)  # the file, line and column of the block
 
 
 def test_each_generate_mistake_is_one_line_with_its_place(write_pipeline):

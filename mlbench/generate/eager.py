@@ -18,10 +18,10 @@ from mlbench.generate.metrics import GreedyTrace
 from mlbench.sources.errors import ModelLoadError
 
 
-def causal_lm(module: torch.nn.Module, name: str) -> torch.nn.Module:
+def causal_lm(module: torch.nn.Module, name: str) -> Any:
     """The transformers causal language model inside a loaded model (unwrapping mlbench's binding); one line
     when it is none (a module or file source that keeps no key/value cache mlbench can drive)."""
-    inner = getattr(module, "module", module)  # BoundModule holds the model it binds
+    inner: Any = getattr(module, "module", module)  # BoundModule holds the model it binds
     config = getattr(inner, "config", None)
     if config is None or not hasattr(inner, "get_output_embeddings") or inner.get_output_embeddings() is None:
         raise ModelLoadError(f"model '{name}' has no key/value cache mlbench can drive: generate needs a transformers "
@@ -31,7 +31,7 @@ def causal_lm(module: torch.nn.Module, name: str) -> torch.nn.Module:
     return inner
 
 
-def cache_argument(lm: torch.nn.Module) -> str:
+def cache_argument(lm: Any) -> str:
     """The keyword the model's forward takes its cache by: `cache` (transformers 5.24 on), else `past_key_values`."""
     import inspect
 
@@ -41,7 +41,7 @@ def cache_argument(lm: torch.nn.Module) -> str:
 class CachedGenerator:
     """Prefill and decode steps of a causal LM against a `StaticCache` of `context` positions."""
 
-    def __init__(self, module: torch.nn.Module, context: int, *, device: str = "cpu",
+    def __init__(self, module: Any, context: int, *, device: str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
         from transformers.cache_utils import StaticCache
 
@@ -95,7 +95,7 @@ class CachedGenerator:
         return GreedyTrace(prompt=[int(t) for t in prompt.reshape(-1).tolist()], tokens=chosen, logits=logits)
 
 
-def full_forward_logits(module: torch.nn.Module, tokens: Sequence[int]) -> np.ndarray:
+def full_forward_logits(module: Any, tokens: Sequence[int]) -> np.ndarray:
     """The logits at every position of one forward pass over `tokens`, without a cache: what decoding with a
     cache must equal (the tests' check of each backend's cache)."""
     ids = torch.tensor([list(tokens)], dtype=torch.int64)
