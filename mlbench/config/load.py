@@ -16,6 +16,7 @@ from mlbench.config.name_checks import exclude_values, verify_keys
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
 from mlbench.config.source_checks import check_sources
 from mlbench.errors import UserError
+from mlbench.generate.spec import PROMPT_AXIS
 
 
 class PipelineInvalid(UserError):
@@ -143,7 +144,7 @@ def _check_references(config: PipelineConfig, loaded: Any, on_disk: bool = True)
         error(loc, what)
     for loc, what in verify_keys(config):
         error(loc, what, key=True)
-    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS})
+    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS, PROMPT_AXIS})
     for i, entry in enumerate(config.exclude):
         if not entry:
             error(("exclude", i), "an empty exclude entry would match every variant")
