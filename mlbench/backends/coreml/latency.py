@@ -26,12 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mlbench.backends.coreml.calibration.profile import chip_parameters
 from mlbench.backends.coreml.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
 from mlbench.backends.coreml.cost.base import DTYPE_BITS
 from mlbench.records import Band, Metric
 
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
+    from mlbench.backends.coreml.calibration.profile import LoadedProfile
     from mlbench.records import Placement
 
 __all__ = ["Estimate", "estimate_latency", "latency_band", "latency_metrics"]
@@ -125,11 +127,14 @@ def latency_band(fit: Fit) -> Band:
 
 def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: list[str],
                     own_profiles: dict[str, ChipProfile] | None = None,
-                    this_machine: str | None = None) -> tuple[dict[str, Metric], dict[str, dict]]:
+                    this_machine: str | None = None,
+                    calibrations: dict[str, LoadedProfile] | None = None) -> tuple[dict[str, Metric], dict[str, dict]]:
     """`latency.estimated.<chip>` per chip (ms, estimated, with the band), and each estimate's parts.
 
     `this_machine` is the chip id of the Mac measuring the variant, if it has a profile: that
-    estimate names the measured median it predicts, so reports show their ratio.
+    estimate names the measured median it predicts, so reports show their ratio. `calibrations`: the
+    target's calibration profiles by chip id (``mlbench calibrate``); a chip without one uses the shipped
+    per-chip fit, or the priors and the wider band of an uncalibrated chip.
     """
     profiles = {**builtin_chips(), **(own_profiles or {})}
     fit = calibration()
@@ -140,9 +145,10 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
         if fit is None:
             metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
             continue
-        estimate = estimate_latency(analysis, placement, profiles[chip_id], fit.parameters)
+        params, band = chip_parameters(fit, chip_id, calibrations)
+        estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
         metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
-                               band=latency_band(fit),
+                               band=band or latency_band(fit),
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
