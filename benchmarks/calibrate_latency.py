@@ -8,7 +8,9 @@ and analysed (calibration_models.py; analyses cached), placed for the row's comp
 mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
 (mlbench/backends/coreml/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
-fixed cost per prediction and the dispatch per op are per chip and OS. A parameter is fitted only where
+fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
+A chip without rows uses one set of parameters pooled over every row (`fit.parameters`, round 2's
+structure), and its band is leave-one-chip-out. A parameter is fitted only where
 the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
 leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
 Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
@@ -66,13 +68,16 @@ def fit(cases: list[Case], free: list[str]) -> dict[str, float]:
     return fit_values(cases, free, with_groups(prior_values(), candidates(cases, grouped=True)), PRIOR_WEIGHT)
 
 
-def leave_one_chip_out(cases: list[Case], free: list[str]) -> list[float]:
-    """Each chip's rows predicted by a fit without any of them: its own costs back at their priors."""
+def pooled(cases: list[Case]) -> dict[str, float]:
+    """One set of parameters for every chip (round 2's structure): what a chip without rows uses."""
+    return calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, leave_one_out=False).values
+
+
+def leave_one_chip_out(cases: list[Case]) -> list[float]:
+    """Each chip's rows predicted by the pooled fit of the other chips' rows: what a chip without rows gets."""
     ratios = []
     for group in sorted({c.group for c in cases}):
-        rest = [c for c in cases if c.group != group]
-        values = fit_values(rest, [n for n in free if not n.endswith(f"@{group}")],
-                            with_groups(prior_values(), free), PRIOR_WEIGHT)
+        values = pooled([c for c in cases if c.group != group])
         ratios += [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
     return ratios
 
@@ -93,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
-    uncalibrated = [folded(r) for r in leave_one_chip_out(cases, free)]
+    shared_pool = pooled(cases)
+    uncalibrated = [folded(r) for r in leave_one_chip_out(cases)]
 
     rows = []
     print(f"{'row':<40} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
@@ -113,9 +119,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r <= 1.5 for r in loo_folded)} of {len(rows)} rows within 1.5×")
     print(f"leave-one-chip-out (uncalibrated chip): median ×{statistics.median(uncalibrated):.2f}, "
           f"worst ×{max(uncalibrated):.2f} over {len(uncalibrated)} rows")
+    print("pooled fit for chips without rows: " + ", ".join(f"{n} {v:.4g}" for n, v in shared_pool.items()))
     print("parameters (fitted: " + ", ".join(free) + "):")
     for name, value in values.items():
-        why = result.refused.get(name) or (PRIORS[name][1] if name in PRIORS else "")
+        why = result.refused.get(name) or "not determined by the rows"
         print(f"  {name:<40} {value:.4g}{'' if name in free else '  (prior; ' + why + ')'}")
     for line in left_out:
         print(f"left out: {line}")
@@ -130,12 +137,13 @@ def main(argv: list[str] | None = None) -> int:
                 dispatch_ms={d: values[f"dispatch_ms.{d}@{group}"] for d in DEVICES
                              if f"dispatch_ms.{d}@{group}" in free})
         shared = parameters({n: v for n, v in values.items() if "@" not in n})
+        everywhere = parameters(shared_pool)
         stored = Fit(
             date=datetime.date.today().isoformat(),
             method=f"least squares on log(estimated / published) over the parameters the rows determine, with a "
                    f"weak pull (weight {PRIOR_WEIGHT}) towards each parameter's prior; fixed and dispatch costs per "
                    "chip and OS; placement by mlbench's rules for the row's compute units",
-            data=f"benchmarks/calibration/{args.rows.name}", parameters=shared, fitted=free,
+            data=f"benchmarks/calibration/{args.rows.name}", parameters=everywhere, calibrated=shared, fitted=free,
             priors={name: f"{prior:g}: {why}" for name, (prior, why) in PRIORS.items()}, rows=rows,
             left_out=left_out, per_chip=per_chip,
             median_ratio=summary["median_ratio"], worst_ratio=summary["worst_ratio"],

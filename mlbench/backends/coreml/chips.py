@@ -121,6 +121,9 @@ class Fit(StrictModel):
     worst_ratio: float
     loo_median_ratio: float | None = Field(default=None, description="The same, each row predicted without it.")
     loo_worst_ratio: float | None = None
+    calibrated: Parameters | None = Field(
+        default=None, description="The shared parameters of the per-chip fit, under `per_chip`'s own fixed and "
+        "dispatch costs; `parameters` is the pooled fit (one set for every chip) a chip without rows uses.")
     per_chip: dict[str, ChipFit] = Field(
         default_factory=dict, description="Calibrated chips' own fixed and dispatch costs; a chip without rows "
         "uses `parameters` (their priors) and the uncalibrated band.")

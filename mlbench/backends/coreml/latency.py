@@ -12,8 +12,9 @@ weights are read at their compressed size); the device of each op from the varia
 (estimated by the rules, or measured by a compute plan on macOS); peaks and bandwidth from the
 chip's profile (``chips.yaml``); efficiency, bandwidth factor and dispatch per device, switch overhead
 and the fixed cost are fitted
-per device class, never per model, by ``benchmarks/calibrate_latency.py``. Every estimate carries
-the calibration's error band.
+per device class, never per model, by ``benchmarks/calibrate_latency.py`` (the fixed cost and the dispatch
+per chip and OS), or by ``mlbench calibrate`` on the team's measured runs (``calibration/``). Every
+estimate carries the calibration's error band.
 
 Precision: a float32 program never runs on the Neural Engine (the placement sees to it); ops run at
 their output dtype's peak. Int8 activations (W8A8 programs, which quantize activations) use the

@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 GROUPED = ("fixed_ms", "dispatch_ms")  # per chip and OS
 BOUNDS = {"efficiency": (0.02, 5.0), "bandwidth_factor": (0.2, 20.0), "dispatch_ms": (1e-5, 0.2),
           "switch_overhead_ms": (1e-4, 1.0), "fixed_ms": (1e-3, 3.0)}
-SENSITIVITY = 1e-3  # a parameter moving no row's log latency by 0.1% per unit log change is not determined
+SENSITIVITY = math.log(1.02) / math.log(2)  # d log(latency) / d log(parameter) under which it is not determined:
+# doubling it moves no row by 2% (timings of a real Mac scatter by about that much)
 RANK_TOLERANCE = 1e-3  # relative singular value under which a parameter adds nothing the others do not
 
 
@@ -115,7 +116,7 @@ def determinable(cases: list[Case], values: dict[str, float], names: list[str],
             refused[name] = (f"no measured op ran on the {device.replace('_', ' ')}" if device and not _uses(cases, name)
                              else "no device switch in the runs" if base_name(name) == "switch_overhead_ms"
                              and not _switches(cases, name)
-                             else "no run's latency depends on it")
+                             else "doubling it changes no run's latency by 2%")
             continue
         if len(free) >= limit:
             refused[name] = (f"{runs} determine at most {limit} parameter{'s' if limit != 1 else ''} "
@@ -193,7 +194,7 @@ class FitResult:
 
 
 def calibrate_cases(cases: list[Case], priors: dict[str, float], *, prior_weight: float, grouped: bool = False,
-                    max_free: int | None = None) -> FitResult:
+                    max_free: int | None = None, leave_one_out: bool = True) -> FitResult:
     """Choose the determinable parameters (at the priors, then again at the fit), fit, and leave each row out."""
     names = candidates(cases, grouped)
     values = with_groups(priors, names)
@@ -206,7 +207,7 @@ def calibrate_cases(cases: list[Case], priors: dict[str, float], *, prior_weight
     values = {n: float(f"{v:.4g}") for n, v in values.items()}  # as stored
     ratios = [estimated_ms(c, values) / c.measured_ms for c in cases]
     loo: list[float | None] = []
-    for i, case in enumerate(cases):
+    for i, case in enumerate(cases if leave_one_out else []):
         rest = cases[:i] + cases[i + 1:]
         # a parameter only this row decided (its group's own) goes back to the prior without it
         kept = [n for n in free if "@" not in n or any(c.group == n.partition("@")[2] for c in rest)]

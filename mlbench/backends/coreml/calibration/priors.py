@@ -3,6 +3,11 @@ and 5): where the calibration rows cannot determine a parameter, it stays here."
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlbench.backends.coreml.chips import Parameters
+
 PRIORS: dict[str, tuple[float, str]] = {
     "efficiency.neural_engine": (0.5, "single ANE ops reach ~30% of peak, fused conv chains 60-98% (maderix M4/M3 Pro)"),
     "efficiency.gpu": (0.75, "M4 GPU fp32 GEMM reaches 2.9 of ~3.8 TFLOPS (arXiv 2502.05317)"),
@@ -23,7 +28,7 @@ def prior_values() -> dict[str, float]:
     return {name: value for name, (value, _why) in PRIORS.items()}
 
 
-def flat(params) -> dict[str, float]:  # noqa: ANN001 - a Parameters
+def flat(params: Parameters) -> dict[str, float]:
     """`Parameters` as the fit's flat names."""
     values = {f"{kind}.{d}": v for kind in ("efficiency", "bandwidth_factor", "dispatch_ms")
               for d, v in getattr(params, kind).items()}

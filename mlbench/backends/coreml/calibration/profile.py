@@ -141,15 +141,16 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
         return loaded.profile.parameters, loaded.profile.band(loaded.path.name)
     own = fit.per_chip.get(chip_id)
     if own is not None:
-        params = fit.parameters.model_copy(update={"fixed_ms": own.fixed_ms,
-                                                   "dispatch_ms": {**fit.parameters.dispatch_ms, **own.dispatch_ms}})
+        shared = fit.calibrated or fit.parameters
+        params = shared.model_copy(update={"fixed_ms": own.fixed_ms,
+                                           "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms}})
         return params, _shipped_band(fit, f"{chip_id} calibrated on {own.rows} of them ({own.os})")
     if fit.per_chip and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
         return fit.parameters, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
-            basis=f"{UNCALIBRATED}: no calibration row on {chip_id}, so its fixed and per-op costs are the priors; "
-            f"band from predicting each calibrated chip's {len(fit.rows)} rows by a fit without any of that "
-            f"chip's rows; calibrated {fit.date}")
+            basis=f"{UNCALIBRATED}: no calibration row on the chip, so one set of parameters pooled over the "
+            f"other chips' rows; band from predicting each calibrated chip's rows by a pooled fit without any of "
+            f"them; calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
 
 

@@ -22,7 +22,7 @@ from mlbench.backends.coreml.calibration.profile import CalibrationProfile, Prof
 from mlbench.backends.coreml.calibration.signature import observations
 from mlbench.errors import UserError
 
-PRIOR_WEIGHT = 0.02  # measured runs of the team's own models: the rows lead, the prior only breaks ties
+PRIOR_WEIGHT = 1e-3  # measured runs of the team's own models: the runs lead, the prior only breaks ties
 METHOD = (f"least squares on log(estimated / measured) with a pull (weight {PRIOR_WEIGHT}) towards the shipped "
           "estimate's parameters for this chip; each run placed as its compute plan said")
 NO_RUNS = ("no measured Core ML runs in {what}: calibrate reads Core ML records measured on a Mac (macOS 14.4+: "
@@ -68,9 +68,9 @@ def describe(profile: CalibrationProfile, path: Path) -> list[str]:
     if profile.rows:
         lines.append(f"  {'run':<44} {'measured':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}")
         for row in profile.rows:
-            loo = f"{row.loo_ratio:>6.2f}" if row.loo_ratio is not None else f"{'-':>6}"
+            loo_text = f"{row.loo_ratio:>6.2f}" if row.loo_ratio is not None else f"{'-':>6}"
             lines.append(f"  {row.variant[:44]:<44} {row.measured_ms:>9.3f} {row.estimated_ms:>9.3f} "
-                         f"{row.ratio:>6.2f} {loo}")
+                         f"{row.ratio:>6.2f} {loo_text}")
     if profile.median_ratio is not None:
         lines.append(f"  fit: median ×{profile.median_ratio:.2f}, worst ×{profile.worst_ratio:.2f} "
                      f"over {profile.runs} runs")
