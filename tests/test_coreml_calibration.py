@@ -269,3 +269,83 @@ def test_reports_without_measured_core_ml_runs_are_one_line_errors(tmp_path):
     with pytest.raises(UserError) as info:
         calibrate([bad], tmp_path / "out")
     assert str(info.value) == f"{bad}: not an mlbench report: not JSON"
+
+
+PIPELINE = f"""\
+version: 1
+name: pr
+models:
+  - name: tiny
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
+targets:
+  - backend: coreml
+    precision: [float16]
+    compute_units: [all]
+    estimate_on: [m1pro, a17pro]
+    calibration: profiles/
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+cache: {{dir: cache}}
+report: {{dir: out}}
+"""
+
+
+def reviewed_profile(folder: Path) -> None:
+    """A profile as `mlbench calibrate` writes them (here by hand: the Mac saw relu on the GPU under ALL)."""
+    import yaml
+
+    from mlbench.backends.coreml.calibration.profile import CalibrationProfile, Observation
+
+    folder.mkdir()
+    relu = [Observation(op_type="relu", dtype="fp16", shape=f"4d:1e{k}", rule="all-prefers-cpu-fallback",
+                        compute_units="all", device="gpu", seen=4, agreed=3, rules_said="neural_engine")
+            for k in range(2, 6)]
+    profile = CalibrationProfile(chip=CHIP, chip_name="M1 Pro", os="macOS 15.1", created="2026-12-01", method="test",
+                                 data=["nightly/report.json"], runs=42, parameters=TRUTH, fitted=["fixed_ms"],
+                                 median_ratio=1.02, worst_ratio=1.2, loo_median_ratio=1.08, loo_worst_ratio=1.4,
+                                 placements=relu)
+    (folder / "m1pro-macos-15.1.yaml").write_text(yaml.safe_dump(profile.model_dump(mode="json")), encoding="utf-8")
+
+
+@pytest.mark.torch
+def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(write_pipeline, tmp_path):
+    from mlbench.config.load import load_pipeline
+    from mlbench.run.runner import run
+
+    path = write_pipeline(PIPELINE)
+    reviewed_profile(tmp_path / "profiles")
+    (record,) = run(load_pipeline(path)).records
+    m1pro, a17pro = record.metrics["latency.estimated.m1pro"], record.metrics["latency.estimated.a17pro"]
+    assert m1pro.band.basis == ("m1pro (calibrated on 42 measured runs, LOO ×1.08; macOS 15.1, profile "
+                                "m1pro-macos-15.1.yaml)")
+    assert (m1pro.band.median_ratio, m1pro.band.worst_ratio) == (1.08, 1.4)
+    assert a17pro.band.basis.startswith("uncalibrated chip: no calibration row on the chip")
+    relu = [op for op in record.placement.ops if op.op_type == "relu"]
+    assert relu and all((op.device, op.rule) == ("gpu", "observed") for op in relu)
+    assert relu[0].reason == "observed on M1 Pro (macOS 15.1): 3 of 4 such ops ran on the gpu"
+    assert {op.rule for op in record.placement.ops if op.op_type == "conv"} == {"all-prefers-cpu-fallback"}
+    assert record.placement.note.startswith(f"{len(relu)} of {len(record.placement.ops)} operations placed as "
+                                            "observed on M1 Pro (macOS 15.1; calibration profile m1pro-macos-15.1.yaml)")
+    markdown = (tmp_path / "out" / "report.md").read_text()
+    assert "(m1pro (calibrated on 42 measured runs, LOO ×1.08; macOS 15.1, profile m1pro-macos-15.1.yaml))" in markdown
+
+    # without the profile, the estimate is the shipped one
+    (tmp_path / "profiles" / "m1pro-macos-15.1.yaml").unlink()
+    path.write_text(PIPELINE.replace("    calibration: profiles/\n", ""), encoding="utf-8")
+    (plain,) = run(load_pipeline(path)).records
+    assert plain.metrics["latency.estimated.m1pro"].band.basis.startswith("9 published Core ML latencies (m1pro ")
+    assert "observed" not in {op.rule for op in plain.placement.ops}
+
+
+def test_a_missing_calibration_folder_is_one_line_naming_it(tmp_path):
+    from mlbench.backends.coreml.calibration.profile import load_profiles
+    from mlbench.errors import UserError
+
+    with pytest.raises(UserError) as info:
+        load_profiles(tmp_path / "profiles")
+    assert str(info.value) == f"{tmp_path / 'profiles'}: no such calibration profile or folder (write one with " \
+                              "`mlbench calibrate`)"
+    (tmp_path / "bad.yaml").write_text("version: 1\nchip: M1\n", encoding="utf-8")
+    with pytest.raises(UserError) as info:
+        load_profiles(tmp_path / "bad.yaml")
+    assert str(info.value).startswith(f"{tmp_path / 'bad.yaml'}: chip: not a calibration profile (")
