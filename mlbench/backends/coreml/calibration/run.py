@@ -15,7 +15,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlbench.backends.coreml.calibration.fitting import calibrate_cases, folded
+from mlbench.backends.coreml.calibration.fitting import calibrate_cases, folded, parameters
 from mlbench.backends.coreml.calibration.measured import Group, gather
 from mlbench.backends.coreml.calibration.priors import flat
 from mlbench.backends.coreml.calibration.profile import CalibrationProfile, ProfileRow, chip_parameters
@@ -49,8 +49,6 @@ def calibrate_group(group: Group, data: list[str]) -> CalibrationProfile:
     prior_params, _band = chip_parameters(fit, group.chip)
     priors = flat(prior_params)
     result = calibrate_cases(group.cases, priors, prior_weight=PRIOR_WEIGHT)
-    from mlbench.backends.coreml.calibration.fitting import parameters
-
     rows = [ProfileRow(model=c.model, variant=c.label, compute_units=c.compute_units, precision=c.precision,
                        measured_ms=round(c.measured_ms, 4), estimated_ms=round(r * c.measured_ms, 4), ratio=round(r, 4),
                        loo_ratio=None if loo is None else round(loo, 4))
