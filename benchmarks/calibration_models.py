@@ -32,6 +32,7 @@ class Row:
     precision: str
     latency_ms: float
     source: str
+    os: str = ""
 
     @property
     def label(self) -> str:
@@ -44,7 +45,8 @@ def load_rows(path: Path = ROWS_PATH) -> list[Row]:
         for r in csv.DictReader(f):
             rows.append(Row(model=r["model"], build=r["build"], input_shape=tuple(int(d) for d in r["input"].split("x")),
                             chip=CHIP_IDS[r["chip"]], compute_units=r["compute_units"].lower(),
-                            precision=r["precision"], latency_ms=float(r["latency_ms"]), source=r["source"]))
+                            precision=r["precision"], latency_ms=float(r["latency_ms"]), source=r["source"],
+                            os=r.get("os", "")))
     return rows
 
 

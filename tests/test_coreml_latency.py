@@ -190,11 +190,12 @@ def test_calibration_fit_recovers_what_it_was_given():
     analysis, placement = two_op_program()
     truth = estimate_latency(analysis, placement, builtin_chips()["m1"], PARAMS).total_ms
     row = bench.Row(model="two", build="-", input_shape=(1,), chip="m1", compute_units="all", precision="float16",
-                    latency_ms=truth, source="test")
-    cases = [(row, analysis, placement)]
+                    latency_ms=truth, source="test", os="macOS")
+    cases = [bench.case_for(row, analysis, placement)] * 2  # two runs: one parameter, one run left for LOO
     free = bench.decidable(cases)
-    assert free[-1] == "fixed_ms" and "efficiency.gpu" not in free and "switch_overhead_ms" in free
+    assert free == ["fixed_ms@m1 macOS"]  # per chip and OS; the rest cannot be told apart by these runs
     values = bench.fit(cases, free)
-    fitted = estimate_latency(analysis, placement, builtin_chips()["m1"], bench.parameters(values)).total_ms
+    fitted = estimate_latency(analysis, placement, builtin_chips()["m1"],
+                              bench.parameters(values, "m1 macOS")).total_ms
     assert fitted == pytest.approx(truth, rel=0.05)
     assert values["efficiency.gpu"] == bench.PRIORS["efficiency.gpu"][0]  # no row on the GPU: the prior stays

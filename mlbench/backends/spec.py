@@ -94,6 +94,8 @@ class BackendSpec:
     applies_to, confidence, says, source), for `mlbench rules`."""
     metrics: tuple[MetricFamily, ...] = ()
     """Families of metrics its records carry beyond mlbench's own catalog."""
+    commands: tuple[str, ...] = ()
+    """"module:register(subparsers)" functions adding this backend's own subcommands (e.g. `calibrate`)."""
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
     requires: tuple[tuple[str, str], ...] = ()

@@ -270,6 +270,12 @@ def build_parser() -> argparse.ArgumentParser:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
 
+    from mlbench.backends.registry import specs
+
+    for spec in specs().values():  # backends' own commands
+        for register in spec.commands:
+            load_attr(register)(sub)
+
     p = add_command(sub, "rules", "list the rules behind estimated figures, each with its source and confidence")
     p.add_argument("--json", action="store_true", help="print the rules as JSON")
     p.set_defaults(func=cmd_rules)

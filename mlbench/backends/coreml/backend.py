@@ -155,8 +155,8 @@ class CoremlBackend(Backend):
                 min_snr_db=self.config.verify.min_snr_db_for(precision, recipe))
 
         if sys.platform != "darwin":
-            placement = with_reshape_note(placement_for(artifact, compute_units), artifact,
-                                          self.target.reshape_frequency)
+            placement = with_reshape_note(placement_for(artifact, compute_units, observed=self._observing()),
+                                          artifact, self.target.reshape_frequency)
             metrics.update(placement_metrics(placement))
             details = self._estimates(artifact, placement, metrics)
             emulated, why_not = emulate()
@@ -194,9 +194,28 @@ class CoremlBackend(Backend):
         from mlbench.backends.coreml.latency import latency_metrics
 
         estimates, parts = latency_metrics(artifact.analysis, placement, list(self.target.estimate_on),
-                                           dict(self.target.chip_profiles), this_machine=machine_chip())
+                                           dict(self.target.chip_profiles), this_machine=machine_chip(),
+                                           calibrations=self._calibrations())
         metrics.update(estimates)
         return {"latency_estimate": parts}
+
+
+    def _calibrations(self) -> dict[str, Any]:
+        """The target's calibration profiles by chip id (`calibration:`), read once."""
+        if self.target.calibration is None:
+            return {}
+        if not hasattr(self, "_loaded_calibrations"):
+            from mlbench.backends.coreml.calibration.profile import load_profiles
+
+            self._loaded_calibrations = load_profiles(self.resolve(self.target.calibration))
+        return self._loaded_calibrations
+
+    def _observing(self) -> Any:
+        """The profile whose placement observations the estimate uses: the first estimate_on chip's that has
+        one, else the first profile's (by chip id)."""
+        profiles = self._calibrations()
+        chip = next((c for c in self.target.estimate_on if c in profiles), min(profiles, default=None))
+        return None if chip is None else profiles[chip]
 
 
 @functools.cache
@@ -256,8 +275,9 @@ def reshape_note(flexible: list[str], frequency: str | None) -> str:
             "the estimate does not model it).")
 
 
-def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path | None = None):
-    """Measured from a compute plan where this machine can build one, else estimated by the rules."""
+def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path | None = None, observed: Any = None):
+    """Measured from a compute plan where this machine can build one, else estimated by the rules (and, with
+    `observed`, a calibration profile's placement observations before them)."""
     from mlbench.backends.coreml.compute_plan import compute_plan_available, placement_from_plan, plan_operations
     from mlbench.backends.coreml.placement import estimate_placement
 
@@ -271,4 +291,8 @@ def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path |
     estimate = estimate_placement(artifact.analysis, compute_units)
     if estimate.note is not None and why_not and compute_units != "cpu_only":
         estimate.note += f" Not measured: {why_not}."
+    if observed is not None:
+        from mlbench.backends.coreml.calibration.signature import apply_observations
+
+        estimate = apply_observations(estimate, artifact.analysis, compute_units, observed.profile, observed.path.name)
     return estimate

@@ -96,6 +96,16 @@ class FitRow(StrictModel):
     loo_ratio: float | None = Field(default=None, description="estimated ÷ published by a fit without this row")
 
 
+class ChipFit(StrictModel):
+    """A calibrated chip's own costs: the fixed cost per prediction and the dispatch per op differ by chip and OS."""
+
+    os: str = Field(description="The OS its rows were measured on.")
+    rows: int = Field(ge=1, description="Calibration rows on this chip.")
+    fixed_ms: float = Field(ge=0, description="Fixed time per prediction on this chip.")
+    dispatch_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(
+        default_factory=dict, description="Fixed time per op, per device the rows decided (others: the shared value).")
+
+
 class Fit(StrictModel):
     """What the calibration fitted, against what, and how far off it is."""
 
@@ -111,6 +121,16 @@ class Fit(StrictModel):
     worst_ratio: float
     loo_median_ratio: float | None = Field(default=None, description="The same, each row predicted without it.")
     loo_worst_ratio: float | None = None
+    calibrated: Parameters | None = Field(
+        default=None, description="The shared parameters of the per-chip fit, under `per_chip`'s own fixed and "
+        "dispatch costs; `parameters` is the pooled fit (one set for every chip) a chip without rows uses.")
+    per_chip: dict[str, ChipFit] = Field(
+        default_factory=dict, description="Calibrated chips' own fixed and dispatch costs; a chip without rows "
+        "uses `parameters` (their priors) and the uncalibrated band.")
+    uncalibrated_median_ratio: float | None = Field(
+        default=None, description="Median folded ratio of each calibrated chip's rows predicted by a fit that saw "
+        "none of that chip's rows: the band of a chip without calibration rows.")
+    uncalibrated_worst_ratio: float | None = None
 
 
 class ChipFile(StrictModel):

@@ -12,8 +12,9 @@ weights are read at their compressed size); the device of each op from the varia
 (estimated by the rules, or measured by a compute plan on macOS); peaks and bandwidth from the
 chip's profile (``chips.yaml``); efficiency, bandwidth factor and dispatch per device, switch overhead
 and the fixed cost are fitted
-per device class, never per model, by ``benchmarks/calibrate_latency.py``. Every estimate carries
-the calibration's error band.
+per device class, never per model, by ``benchmarks/calibrate_latency.py`` (the fixed cost and the dispatch
+per chip and OS), or by ``mlbench calibrate`` on the team's measured runs (``calibration/``). Every
+estimate carries the calibration's error band.
 
 Precision: a float32 program never runs on the Neural Engine (the placement sees to it); ops run at
 their output dtype's peak. Int8 activations (W8A8 programs, which quantize activations) use the
@@ -26,12 +27,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from mlbench.backends.coreml.calibration.profile import chip_parameters
 from mlbench.backends.coreml.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
 from mlbench.backends.coreml.cost.base import DTYPE_BITS
 from mlbench.records import Band, Metric
 
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis
+    from mlbench.backends.coreml.calibration.profile import LoadedProfile
     from mlbench.records import Placement
 
 __all__ = ["Estimate", "estimate_latency", "latency_band", "latency_metrics"]
@@ -125,11 +128,14 @@ def latency_band(fit: Fit) -> Band:
 
 def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: list[str],
                     own_profiles: dict[str, ChipProfile] | None = None,
-                    this_machine: str | None = None) -> tuple[dict[str, Metric], dict[str, dict]]:
+                    this_machine: str | None = None,
+                    calibrations: dict[str, LoadedProfile] | None = None) -> tuple[dict[str, Metric], dict[str, dict]]:
     """`latency.estimated.<chip>` per chip (ms, estimated, with the band), and each estimate's parts.
 
     `this_machine` is the chip id of the Mac measuring the variant, if it has a profile: that
-    estimate names the measured median it predicts, so reports show their ratio.
+    estimate names the measured median it predicts, so reports show their ratio. `calibrations`: the
+    target's calibration profiles by chip id (``mlbench calibrate``); a chip without one uses the shipped
+    per-chip fit, or the priors and the wider band of an uncalibrated chip.
     """
     profiles = {**builtin_chips(), **(own_profiles or {})}
     fit = calibration()
@@ -140,9 +146,10 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
         if fit is None:
             metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
             continue
-        estimate = estimate_latency(analysis, placement, profiles[chip_id], fit.parameters)
+        params, band = chip_parameters(fit, chip_id, calibrations)
+        estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
         metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
-                               band=latency_band(fit),
+                               band=band or latency_band(fit),
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),

@@ -31,5 +31,6 @@ SPEC = BackendSpec(
         run="mlbench.backends.coreml.inspect:run",
     ),
     rules="mlbench.backends.coreml.placement_rules:rule_table",
+    commands=("mlbench.backends.coreml.calibration.cli:register",),
     order=1,
 )

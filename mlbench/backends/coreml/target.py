@@ -147,6 +147,12 @@ class CoremlTarget(TargetBase):
         "usable in estimate_on beside the built-in ones.",
     )
 
+    calibration: Path | None = Field(
+        default=None, description="A calibration profile written by `mlbench calibrate` from measured Mac runs, or "
+        "a folder of them (relative to this file): estimates on a chip with a profile use its fitted parameters "
+        "and say so; placement follows the profile's observations before the rules (ops marked `observed`).",
+    )
+
     axes = ("precision", "compute_units", "optimize")
     artifact_axes = ("precision", "optimize")
     measurement_options = ("estimate_on", "chip_profiles", "reshape_frequency")  # load-time hints and estimates: the package stays the same
