@@ -42,10 +42,13 @@ report: {dir: reports/tiny, formats: [json, markdown, html]}
 """
 
 
-def scripts(workflow: Path) -> list[tuple[str, str]]:
-    """(name, script) of each step that runs a shell script, but installing mlbench and posting on the PR."""
+def scripts(workflow: Path) -> list[tuple[str, str, bool]]:
+    """(name, script, may fail) of each step that runs a shell script, but installing mlbench and posting on the
+    PR; a step marked `continue-on-error` may fail, as it may on GitHub (the nightly's calibrate step finds no
+    Mac-measured records on Linux), but only with a one-line message."""
     data = yaml.safe_load(workflow.read_text(encoding="utf-8"))
-    return [(step.get("name", ""), step["run"]) for job in data["jobs"].values() for step in job["steps"]
+    return [(step.get("name", ""), step["run"], bool(step.get("continue-on-error")))
+            for job in data["jobs"].values() for step in job["steps"]
             if "run" in step and "pip install" not in step["run"] and "gh pr" not in step["run"]]
 
 
@@ -67,10 +70,14 @@ def fresh_repository(tmp_path: Path) -> Path:
     return work
 
 
-def run_steps(steps: list[tuple[str, str]], work: Path, env: dict[str, str]) -> None:
-    for name, script in steps:
+def run_steps(steps: list[tuple[str, str, bool]], work: Path, env: dict[str, str]) -> None:
+    for name, script, may_fail in steps:
         result = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script], cwd=work, env=env,
                                 capture_output=True, text=True, timeout=600)
+        if may_fail and result.returncode != 0:
+            assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+                f"step {name!r} failed without one clear line: {result.stderr[-3000:]}")
+            continue
         assert result.returncode == 0, f"step {name!r} failed: {result.stderr[-3000:]}"
 
 
@@ -91,7 +98,7 @@ def test_the_example_workflows_run_in_a_repository_with_only_pipelines(tmp_path)
 
     nightly = yaml.safe_load((workflows / "nightly.yml").read_text(encoding="utf-8"))
     assert nightly["env"]["PIPELINE"] == "pipelines/coreml.yaml"
-    validate = [(n, s) for n, s in scripts(workflows / "nightly.yml") if s.strip().startswith("mlbench validate")]
+    validate = [step for step in scripts(workflows / "nightly.yml") if step[1].strip().startswith("mlbench validate")]
     run_steps(validate, work, {**env, "PIPELINE": "pipelines/coreml.yaml"})  # the real one: its models are there
 
     (work / "pipelines" / "tiny.yaml").write_text(TINY, encoding="utf-8")
