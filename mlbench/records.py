@@ -311,11 +311,11 @@ class Placement(BaseModel):
         default=None,
         description="Share of cost per device (Core ML's estimated cost, measured time, or a roofline estimate).",
     )
-    cost_basis: Literal["estimated_cost", "time", "macs", "roofline"] | None = Field(
+    cost_basis: Literal["estimated_cost", "time", "macs", "roofline", "flops"] | None = Field(
         default=None,
-        description="What by_cost weighs: Core ML's estimated cost, measured time, MACs (older estimates), or "
+        description="What by_cost weighs: Core ML's estimated cost, measured time, MACs (older estimates), "
         "roofline: max(FLOPs / peak, bytes / bandwidth) of each op on its device, from mlbench's cost model "
-        "and a reference chip (estimates).",
+        "and a reference chip (estimates), or flops: each op's FLOPs by that cost model's conventions.",
     )
     switches: int = Field(description="Device changes along the program order.")
     unknown: int = Field(default=0, description="Compute operations the runtime named no device for (e.g. casts "

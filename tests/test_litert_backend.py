@@ -169,14 +169,105 @@ report: {{dir: out, formats: [json]}}
 """
 
 
-def test_token_inputs_two_outputs_and_one_static_shape(write_pipeline):
+def test_token_inputs_two_outputs_and_one_export_per_shape(write_pipeline):
     report = run(load_pipeline(write_pipeline(TEXT)))
     recs = {r.variant_id: r for r in report.records}
     first = recs["text/litert/float32/none/1/8"]
     assert first.status == "ok", first.error
     # int64 ids are fed as int32 (the converter narrows 64-bit types); both outputs are compared, in order
     assert first.verify.passed and [o.name for o in first.verify.outputs] == ["output.logits", "output.hidden"]
+    # litert-torch 0.10 cannot convert a dynamic dimension: each shape is its own static export, measured
     second = recs["text/litert/float32/none/1/16"]
-    assert second.status == "skipped"
-    assert second.error == ("litert exports one static shape, the model's first (8); shape 16 is not measured "
-                            "(flexible shapes are not exported yet)")
+    assert second.status == "ok", second.error
+    assert second.verify.passed and second.artifact.key != first.artifact.key
+    assert first.artifact.path != second.artifact.path
+    export = report.artifacts[second.artifact.key]["export"]
+    assert export["shape"] == "16" and report.artifacts[first.artifact.key]["export"]["shape"] == "8"
+    assert export["flexible"].startswith("one export per shape: litert-torch 0.10 does not "
+                                                           "convert a dynamic dimension")
+    from ai_edge_litert.interpreter import Interpreter
+
+    shapes = [list(d["shape"]) for d in Interpreter(model_path=second.artifact.path).get_input_details()]
+    assert shapes == [[1, 16], [1, 16]]
+
+
+VALUES = f"""\
+version: 1
+name: lt-values
+models:
+  - name: tiny
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 32, 32], values: samples.npz}}]
+targets:
+  - backend: litert
+    optimize: [int8]
+optimizations:
+  int8: {{kind: litert_quantize, scheme: full_int8}}
+latency: {{warmup: 0, repeats: 2, min_time_s: 0.0}}
+verify: {{samples: 2, tolerance: {{int8: 0.1}}}}
+cache: {{dir: cache}}
+report: {{dir: out, formats: [json]}}
+"""
+
+
+def test_full_int8_calibrates_on_the_given_values_and_they_enter_the_key(write_pipeline, tmp_path):
+    """Five real samples in `values:` (verify.samples is 2): the quantizer sees exactly those five, and their
+    digest is the key's calibration; other values, another key. Precision, recipe and shape shape the key too."""
+    from mlbench.backends.litert.backend import artifact_key_inputs, calibration_samples, digest_samples
+    from mlbench.run.tasks import WorkContext
+
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "samples.npz", image=rng.standard_normal((5, 1, 3, 32, 32)).astype(np.float32))
+    pipeline = load_pipeline(write_pipeline(VALUES))
+    report = run(pipeline)
+    (record,) = report.records
+    assert record.status == "ok", record.error
+    entry = next(e for e in ArtifactCache(tmp_path / "cache").entries() if e.key == record.artifact.key)
+    assert entry.meta["calibration_samples"] == 5
+    given = [[s] for s in np.load(tmp_path / "samples.npz")["image"]]
+    assert entry.meta["key_inputs"]["calibration"] == digest_samples(given)
+
+    model = WorkContext(pipeline.config, pipeline.base_dir, ArtifactCache(tmp_path / "cache")).model("tiny")
+    samples = calibration_samples(model, verify_samples=2)
+    assert len(samples) == 5 and all(np.array_equal(a[0], b[0]) for a, b in zip(samples, given))
+    recipe = {"kind": "litert_quantize", "scheme": "full_int8"}
+    key = artifact_key_inputs(model, "float32", recipe, digest_samples(samples))
+    assert key == entry.meta["key_inputs"]
+    other = [[a[0] + 1.0] for a in samples]
+    assert artifact_key_inputs(model, "float32", recipe, digest_samples(other)) != key
+    assert artifact_key_inputs(model, "float16", None, None)["options"] != key["options"]
+    assert artifact_key_inputs(model, "float32", recipe, digest_samples(samples), "16") != key
+
+
+class FeatureMap(torch.nn.Module):
+    """An NCHW image in, an NCHW feature map out (no flatten to hide a layout mistake behind)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.pool = torch.nn.MaxPool2d(2)
+
+    def forward(self, image):
+        return self.pool(torch.relu(self.conv(image)))
+
+
+def test_nchw_in_and_out_as_eager_with_the_nhwc_transposes_inside_the_graph(tmp_path):
+    """The converter keeps the module's NCHW at both ends and puts the TRANSPOSEs to XNNPACK's NHWC inside:
+    an asymmetric feature map comes out in eager's layout, value for value."""
+    from mlbench.backends.litert.export import export_tflite
+    from mlbench.backends.litert.runtime import Runner, build_placement, interpreter
+
+    torch.manual_seed(0)
+    module, image = FeatureMap().eval(), torch.randn(1, 3, 12, 20)
+    result = export_tflite(module, [image], precision="float32", scheme=None, dest=tmp_path)
+    interp = interpreter(result.artifact, 1)
+    runner = Runner(interp)
+    (out,) = runner.outputs_of(runner(runner.feed([image.numpy()])))
+    expected = module(image).detach().numpy()
+    assert out.shape == expected.shape == (1, 8, 6, 10)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+    ops = [op["op_name"] for op in interp._get_ops_details()]
+    placement, _ = build_placement(list(interp._get_ops_details()), 1)
+    transposes = [op for op in placement.ops if op.op_type == "transpose"]
+    assert len(transposes) >= 2 and "DELEGATE" in ops  # NCHW → NHWC in, NHWC → NCHW out
+    assert all(op.provider == "XNNPACK delegate" for op in transposes)

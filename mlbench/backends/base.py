@@ -42,8 +42,9 @@ def require_modules(backend: str, extra: str, modules: tuple[tuple[str, str], ..
 
     missing = [dist for module, dist in modules if importlib.util.find_spec(module) is None]
     if missing:
-        raise VariantSkipped(f"the {backend} backend needs {' and '.join(missing)}, which is not installed: "
-                             f"pip install 'mlbench-ondevice[{extra}]'")
+        names = ", ".join(missing[:-1]) + f" and {missing[-1]}" if len(missing) > 1 else missing[0]
+        raise VariantSkipped(f"the {backend} backend needs {names}, which {'is' if len(missing) == 1 else 'are'} "
+                             f"not installed: pip install 'mlbench-ondevice[{extra}]'")
 
 
 @dataclass

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -59,3 +61,19 @@ def distinct_lines(messages: Iterable[str], shorten: Callable[[str], str]) -> li
         if line and line not in out:
             out.append(line)
     return out
+
+
+@contextlib.contextmanager
+def quiet_native_stderr() -> Iterator[None]:
+    """Silence what native code writes to file descriptor 2 (a runtime's C++ log lines: ExecuTorch's cpuinfo
+    `Reading file ...`, LiteRT's `INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`), which Python's
+    sys.stderr does not see."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)

@@ -38,6 +38,16 @@ def suggest(word: str, choices: list[str]) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
+def unknown_recipe(name: str, recipes: Any, known: list[str] | None = None) -> str | None:
+    """The one-line problem of an `optimize` value that names no recipe under `optimizations` (None for 'none'
+    and defined names); `known` (default: every recipe) is what the message offers."""
+    if name == NO_OPTIMIZATION or name in recipes:
+        return None
+    names = [NO_OPTIMIZATION, *(recipes if known is None else known)]
+    return (f"unknown optimization '{name}'{suggest(name, names)} (define it under `optimizations`; known: "
+            f"{', '.join(names)})")
+
+
 class StrictModel(BaseModel):
     """A config model that rejects unknown keys, naming the closest known one.
 

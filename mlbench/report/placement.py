@@ -22,7 +22,8 @@ def render_placement_markdown(placement: Placement, *, title: str, max_ops: int 
         lines.append(f"| {md_cell(known.label if known else device)} | {_pct(placement.by_count.get(device, 0.0))} "
                      f"| {_pct(cost) if placement.by_cost else '–'} |")
     basis = {"estimated_cost": "Core ML's estimated cost", "time": "measured time", "macs": "MACs",
-             "roofline": "roofline time (FLOPs and bytes on a reference chip)"}
+             "roofline": "roofline time (FLOPs and bytes on a reference chip)",
+             "flops": "FLOPs (Core ML cost model conventions)"}
     lines += ["", f"{counted(placement.compute_ops, 'compute operation')} ({counted(placement.constants, 'constant')} "
               f"counted apart); {counted(placement.switches, 'device switch', 'device switches')}; cost share by "
               f"{basis.get(placement.cost_basis or '', 'nothing known')}.", ""]

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from mlbench.backends.coreai.recipes import resolve, unsupported
 from mlbench.backends.coreml.chips import ChipId, builtin_chips
-from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, suggest
+from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, suggest, unknown_recipe
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
 
@@ -74,13 +74,11 @@ class CoreaiTarget(TargetBase):
                 problems.append((("precision",), "an existing asset has one precision: give one value"))
             return problems
         recipes = config.optimizations
-        names = [NO_OPTIMIZATION, *recipes]
         for i, name in enumerate(self.optimize):
             if name == NO_OPTIMIZATION:
                 continue
-            if name not in recipes:
-                problems.append((("optimize", i), f"unknown optimization '{name}'{suggest(name, names)} "
-                                 f"(define it under `optimizations`; known: {', '.join(names)})"))
+            if (unknown := unknown_recipe(name, recipes)) is not None:
+                problems.append((("optimize", i), unknown))
                 continue
             why_not = unsupported(resolve(name, recipes) or {})
             if why_not is not None:

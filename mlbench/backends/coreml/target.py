@@ -22,7 +22,7 @@ from pydantic import Field, model_validator
 
 from mlbench.backends.coreml.chips import ChipId, ChipProfile, builtin_chips
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
-from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest
+from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest, unknown_recipe
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
 
@@ -172,11 +172,9 @@ class CoremlTarget(TargetBase):
                 problems.append((("deployment_target",), "an existing package keeps its own deployment target"))
             return problems
         recipes = config.optimizations
-        names = [NO_OPTIMIZATION, *recipes]
         for i, name in enumerate(self.optimize):
-            if name not in names:
-                problems.append((("optimize", i), (f"unknown optimization '{name}'{suggest(name, names)} "
-                                 f"(define it under `optimizations`; known: {', '.join(names)})")))
+            if (unknown := unknown_recipe(name, recipes)) is not None:
+                problems.append((("optimize", i), unknown))
             elif name != NO_OPTIMIZATION and not isinstance(recipes[name], COREML_RECIPES):
                 problems.append((("optimize", i), f"recipe '{name}' is of kind '{recipes[name].kind}', which Core ML "
                                  f"cannot apply (Core ML's kinds: {', '.join(COREML_KINDS)})"))

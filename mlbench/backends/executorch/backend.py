@@ -31,10 +31,12 @@ from mlbench.backends.base import (
     Measurement,
     VariantSkipped,
     placement_metrics,
+    require_modules,
     runtime_metrics,
 )
 from mlbench.backends.cached_export import build_cached
-from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, native_quiet, require_executorch
+from mlbench.backends.capture import quiet_native_stderr
+from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, require_executorch
 from mlbench.backends.executorch.target import ExecutorchTarget
 from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.machine import package_version
@@ -89,6 +91,7 @@ class ExecutorchBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         from mlbench.backends.executorch.export import PteExportResult, export_pte
 
+        require_modules(self.name, "executorch", (("executorch", "executorch"),))
         require_executorch()
         delegate, precision = variant.axis("delegate"), variant.axis("precision")
         recipe = self._recipe(variant)
@@ -143,7 +146,7 @@ class ExecutorchBackend(Backend):
         from executorch.runtime import Runtime
 
         try:
-            with native_quiet():
+            with quiet_native_stderr():
                 return Runtime.get().load_program(str(artifact.pte)).load_method("forward")
         except Exception as exc:  # noqa: BLE001 - a missing kernel or a bad program: the variant's one line
             raise RuntimeError(f"ExecuTorch could not load the program: {_first(exc)}") from None

@@ -16,14 +16,11 @@ Quantization recipes (xnnpack only) follow ExecuTorch's XNNPACK documentation:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import logging
-import os
-import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
@@ -58,21 +55,6 @@ class PteExportResult:
     seconds: float
     summary: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
-
-
-@contextlib.contextmanager
-def native_quiet() -> Iterator[None]:
-    """Silence what ExecuTorch's native code writes to file descriptor 2 (cpuinfo's `[cpuinfo_utils.cpp:71]
-    Reading file ...` lines when XNNPACK starts): Python's sys.stderr does not see them."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
 
 
 def require_executorch() -> None:

@@ -29,8 +29,9 @@ def render_op_times(records: list[RunRecord], artifacts: dict[str, dict] | None 
         rows = op_time.get("by_call", [])
         lines += [
             f"<details><summary>Per-call time of <code>{html_text(variant)}</code>: {fmt_ms(op_time.get('calls_ms'))} ms "
-            f"in calls per run of {fmt_ms(op_time.get('total_ms'))} ms in the method ({html_text(op_time.get('method'))}, "
-            f"{op_time.get('runs')} runs)</summary>",
+            f"in calls per run of {fmt_ms(op_time.get('total_ms'))} ms in the method"
+            + (f", {fmt_ms(op_time['wall_ms'])} ms per traced call from Python" if op_time.get("wall_ms") else "")
+            + f" ({html_text(op_time.get('method'))}, {op_time.get('runs')} runs)</summary>",
             "",
         ]
         lines += [f"| Call (top {min(top, len(rows))} of {len(rows)}) | Runs on | Ops | ms / run | Share |",
@@ -44,15 +45,18 @@ def render_op_times(records: list[RunRecord], artifacts: dict[str, dict] | None 
 
 
 def _shares(record: RunRecord) -> str:
-    """`xnnpack 75% of ops (97% of time), portable kernels 25% of ops (3% of time), 2 switches`; where the
-    program did not run, the share of FLOPs (Core ML cost model conventions) instead of time."""
+    """`xnnpack 75% of ops (99% of FLOPs, 97% of time), portable kernels 25% of ops (1% of FLOPs, 3% of time),
+    2 switches`: FLOPs by the Core ML cost model's conventions (`placement.<device>`), time where ETDump ran."""
     placement = record.placement
     assert placement is not None
     flops = ((record.details.get("partition") or {}).get("flops") or {}).get("by_device")
+    op_time = record.details.get("op_time") or {}
+    timed = op_time.get("by_device_ms") if op_time.get("calls_ms") else None
     parts = []
     for device, share in sorted(placement.by_count.items(), key=lambda kv: -kv[1]):
         name = "portable kernels" if device == "cpu" else device
-        cost = (f" ({100 * placement.by_cost.get(device, 0.0):.0f}% of time)" if placement.by_cost else
-                f" ({100 * flops.get(device, 0.0):.0f}% of FLOPs)" if flops else "")
+        costs = ([f"{100 * flops.get(device, 0.0):.0f}% of FLOPs"] if flops else []) + (
+            [f"{100 * timed.get(device, 0.0) / op_time['calls_ms']:.0f}% of time"] if timed else [])
+        cost = f" ({', '.join(costs)})" if costs else ""
         parts.append(f"{name} {100 * share:.0f}% of ops{cost}")
     return ", ".join(parts) + f", {placement.switches} switch{'' if placement.switches == 1 else 'es'}"

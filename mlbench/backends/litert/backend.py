@@ -26,6 +26,7 @@ from mlbench.backends.base import (
     Measurement,
     VariantSkipped,
     placement_metrics,
+    require_modules,
     runtime_metrics,
 )
 from mlbench.backends.cached_export import build_cached
@@ -40,10 +41,12 @@ if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
-MISSING = ("the litert backend needs litert-torch and ai-edge-litert: pip install 'mlbench-ondevice[litert]' "
-           "({name} is not installed)")
-ONE_SHAPE = ("litert exports one static shape, the model's first ({first}); shape {shape} is not measured "
-             "(flexible shapes are not exported yet)")
+MODULES = (("litert_torch", "litert-torch"), ("ai_edge_litert", "ai-edge-litert"),
+           ("ai_edge_quantizer", "ai-edge-quantizer"))
+"""(import name, distribution) of what the backend imports: a missing one skips the variant naming the extra."""
+PER_SHAPE = ("one export per shape: litert-torch 0.10 does not convert a dynamic dimension (its lowering of "
+             "torch.export's symbolic sizes fails, e.g. `reshape new_sizes must all be positive` on a Linear over a "
+             "flexible axis), so each shape is its own static .tflite")
 FLOAT16_WITH_RECIPE = ("precision float16 with optimize {name}: the recipe sets the weight type itself; "
                        "quantize the float32 export (optimize none for float16)")
 
@@ -53,25 +56,11 @@ class LitertArtifact:
     path: Path
 
 
-def require_packages() -> None:
-    """LitertMissing (one line naming the extra) when a package the backend needs is not installed."""
-    import importlib.util
-
-    for module, name in (("litert_torch", "litert-torch"), ("ai_edge_litert", "ai-edge-litert"),
-                         ("ai_edge_quantizer", "ai-edge-quantizer")):
-        if importlib.util.find_spec(module) is None:
-            raise LitertMissing(MISSING.format(name=name))
-
-
-class LitertMissing(Exception):
-    pass
-
-
-def calibration_samples(model: LoadedModel, verify_samples: int) -> list[list[np.ndarray]]:
+def calibration_samples(model: LoadedModel, verify_samples: int, alternative: int = 0) -> list[list[np.ndarray]]:
     """Input sets to calibrate full_int8 on: the model's real samples (`values:`) if it has any, else the
-    verify.samples seeded input sets."""
+    verify.samples seeded input sets (at the exported shape)."""
     count = (model.maker.value_samples if model.maker is not None else None) or verify_samples
-    return [[t.detach().cpu().numpy() for t in model.sample(index)[0]] for index in range(count)]
+    return [[t.detach().cpu().numpy() for t in model.sample(index, alternative)[0]] for index in range(count)]
 
 
 def digest_samples(samples: list[list[np.ndarray]]) -> str:
@@ -86,8 +75,9 @@ def digest_samples(samples: list[list[np.ndarray]]) -> str:
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict[str, Any] | None,
-                        calibration: str | None) -> dict[str, Any]:
-    """Everything that shapes the .tflite file; threads are chosen when the interpreter is created."""
+                        calibration: str | None, shape: str | None = None) -> dict[str, Any]:
+    """Everything that shapes the .tflite file (one per shape of a model with shape alternatives); threads are
+    chosen when the interpreter is created."""
     key: dict[str, Any] = {
         "backend": "litert",
         "format": "tflite",
@@ -99,6 +89,8 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict[str, An
     }
     if calibration is not None:  # the calibration data shapes a full-int8 model
         key["calibration"] = calibration
+    if shape is not None:  # one static export per shape (PER_SHAPE)
+        key["shape"] = shape
     return key
 
 
@@ -109,11 +101,8 @@ class LitertBackend(Backend):
 
     @staticmethod
     def _alternative(model: LoadedModel, variant: Variant) -> int:
-        """Shape alternative 0, the one exported; VariantSkipped for any other."""
-        alternative = model.alternative(variant.shape)
-        if alternative != 0:
-            raise VariantSkipped(ONE_SHAPE.format(first=model.spec.shape_labels()[0], shape=variant.shape))
-        return alternative
+        """The variant's shape alternative: its own export (`shape` is an artifact axis of this target)."""
+        return model.alternative(variant.shape)
 
     def _recipe(self, name: str) -> LitertQuantizeRecipe | None:
         if name == NO_OPTIMIZATION:
@@ -125,28 +114,29 @@ class LitertBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         from mlbench.backends.litert.export import LitertExportResult, export_tflite
 
-        try:
-            require_packages()
-        except LitertMissing as exc:
-            raise VariantSkipped(str(exc)) from None
+        require_modules(self.name, "litert", MODULES)
         precision, name = variant.axis("precision"), variant.axis("optimize")
         recipe = self._recipe(name)
         if recipe is not None and precision == "float16":
             raise VariantSkipped(FLOAT16_WITH_RECIPE.format(name=name))
         scheme = recipe.scheme if recipe is not None else None
-        samples = calibration_samples(model, self.config.verify.samples) if scheme == "full_int8" else None
+        alternative = self._alternative(model, variant)
+        samples = (calibration_samples(model, self.config.verify.samples, alternative) if scheme == "full_int8"
+                   else None)
 
         def export(folder: Path) -> LitertExportResult:
-            return export_tflite(model.torch_module, model.example_inputs, precision=precision, scheme=scheme,
-                                 dest=folder, calibration=samples)
+            return export_tflite(model.torch_module, model.sample(0, alternative)[0], precision=precision,
+                                 scheme=scheme, dest=folder, calibration=samples)
 
         def own_facts(result: LitertExportResult) -> dict[str, Any]:
             return {"quantization": result.quantization, "calibration_samples": result.calibration_samples}
 
         key = artifact_key_inputs(model, precision, recipe.model_dump() if recipe else None,
-                                  digest_samples(samples) if samples else None)
+                                  digest_samples(samples) if samples else None, variant.shape)
         cached = build_cached(self.cache, key, export, label=variant.artifact_id, own_facts=own_facts)
-        details = {"export": cached.facts("quantization", "calibration_samples", "warnings")}
+        details: dict[str, Any] = {"export": cached.facts("quantization", "calibration_samples", "warnings")}
+        if variant.shape is not None:
+            details["export"].update({"shape": variant.shape, "flexible": PER_SHAPE})
         return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
@@ -157,7 +147,7 @@ class LitertBackend(Backend):
         return CallTimer(lambda: runner(feed))
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
-        from mlbench.backends.litert.export import native_quiet
+        from mlbench.backends.capture import quiet_native_stderr
         from mlbench.backends.litert.runtime import (
             DELEGATED_METRIC,
             NO_OP_TIMES,
@@ -169,7 +159,7 @@ class LitertBackend(Backend):
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
-        with native_quiet():
+        with quiet_native_stderr():
             import ai_edge_litert
         artifact: LitertArtifact = exported.payload
         precision, threads = variant.axis("precision"), int(variant.axis("threads"))

@@ -16,15 +16,13 @@ The converter's console output is silenced and its warnings returned, shortened 
 from __future__ import annotations
 
 import contextlib
-import os
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.capture import captured, distinct_lines
+from mlbench.backends.capture import captured, distinct_lines, quiet_native_stderr
 from mlbench.errors import ReportableError, one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,23 +79,8 @@ def first_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
 
 
 @contextlib.contextmanager
-def native_quiet() -> Iterator[None]:
-    """Silence what LiteRT's native code writes to file descriptor 2 (absl's and TFLite's own log lines, e.g.
-    `INFO: Created TensorFlow Lite XNNPACK delegate for CPU.`): Python's sys.stderr does not see them."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-@contextlib.contextmanager
 def _quiet(sink: list[str]) -> Iterator[None]:
-    with native_quiet(), captured(sink, LOGGERS, stdout=True):
+    with quiet_native_stderr(), captured(sink, LOGGERS, stdout=True):
         yield
 
 
@@ -146,7 +129,7 @@ def signature_inputs(flatbuffer: bytes | Path) -> list[tuple[str, Any]]:
     from ai_edge_litert.interpreter import Interpreter
 
     content = flatbuffer.read_bytes() if isinstance(flatbuffer, Path) else flatbuffer
-    with native_quiet():
+    with quiet_native_stderr():
         interpreter = Interpreter(model_content=content)
     details = interpreter.get_signature_runner(SIGNATURE).get_input_details()
     return [(name, details[name]["dtype"]) for name in interpreter.get_signature_list()[SIGNATURE]["inputs"]]

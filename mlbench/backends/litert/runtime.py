@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from mlbench.backends.litert.export import SIGNATURE, native_quiet
+from mlbench.backends.capture import quiet_native_stderr
+from mlbench.backends.litert.export import SIGNATURE
 from mlbench.records import OpPlacement, Placement
 
 XNNPACK_PROVIDER = "XNNPACK delegate"
@@ -21,7 +22,7 @@ NO_OP_TIMES = ("ai-edge-litert's Python interpreter exposes no per-operator prof
 
 def interpreter(path: Path, threads: int, *, delegate: bool = True) -> Any:
     """An allocated interpreter; with `delegate`, LiteRT's default XNNPACK delegate applies (as on a phone)."""
-    with native_quiet():
+    with quiet_native_stderr():
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
         resolver = (OpResolverType.AUTO if delegate else OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)

@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest
+from mlbench.config.base import NO_OPTIMIZATION, SHAPE_AXIS, Axis, StrictModel, TargetBase, unknown_recipe
 
 SCHEMES = ("dynamic_int8", "weight_only_int8", "full_int8", "weight_only_int4")
 
@@ -57,7 +57,7 @@ class LitertTarget(TargetBase):
         "uses. Chosen when the interpreter is created: one export serves every value.")
 
     axes = ("precision", "optimize", "threads")
-    artifact_axes = ("precision", "optimize")
+    artifact_axes = ("precision", "optimize", SHAPE_AXIS)  # one static export per shape (backend.PER_SHAPE)
 
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         problems: list[tuple[tuple[str | int, ...], str]] = []
@@ -67,9 +67,8 @@ class LitertTarget(TargetBase):
         for i, name in enumerate(self.optimize):
             if name == NO_OPTIMIZATION:
                 continue
-            if name not in recipes:
-                problems.append((("optimize", i), (f"unknown optimization '{name}'{suggest(name, names)} "
-                                 f"(define it under `optimizations`; known: {', '.join(names)})")))
+            if (unknown := unknown_recipe(name, recipes, ours)) is not None:
+                problems.append((("optimize", i), unknown))
             elif name not in ours:
                 problems.append((("optimize", i), (f"optimization '{name}' is not a litert_quantize recipe "
                                  f"(litert takes: {', '.join(names)})")))
