@@ -101,6 +101,17 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
     graph = program._get_graph(function)  # the only way to a function graph in 1.0.0b3
     if graph is None:
         return None, f"the asset has no function {function!r}"
+    layers, _, unmapped, weight_ops = cost_layers(graph)
+    if unmapped:
+        names = ", ".join(f"{name} ×{n}" for name, n in unmapped.most_common())
+        return None, f"Core AI ops without a Core ML counterpart in mlbench's table: {names}"
+    return _analysis(asset, function, layers, graph, weight_ops), None
+
+
+def cost_layers(graph: Any) -> tuple[list[LayerInfo], list[Any], Counter[str], int]:
+    """Every compute op of a graph's body as a Core ML layer priced by Core ML's cost model (an op without a
+    counterpart: op_type "" and no FLOPs), the ops themselves in the same order, the unmapped ops by name,
+    and the number of compressed-weight ops (data, not compute)."""
     ops = [op.operation for op in graph.entry_block.operations]
     stored: dict[Any, int] = {}  # value of a constant or a rebuilt compressed weight -> its stored bytes
     for op in ops:
@@ -110,11 +121,9 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
             stored[op.results[0]] = sum(stored[v] for v in op.operands)
     unmapped = Counter(_label(op) for op in ops if op.name not in NOT_COMPUTE and op.results and
                        op.results[0] not in stored and mil_type(op.name, _callee(op)) is None)
-    if unmapped:
-        names = ", ".join(f"{name} ×{n}" for name, n in unmapped.most_common())
-        return None, f"Core AI ops without a Core ML counterpart in mlbench's table: {names}"
     producers: dict[Any, tuple[str, int | None]] = {}  # value -> (producing op's name, compute index)
     layers: list[LayerInfo] = []
+    compute: list[Any] = []
     weight_ops = 0
     for op in ops:
         if op.results and op.results[0] in stored:
@@ -131,18 +140,20 @@ def walk_function(asset: Path, function: str = "main") -> tuple[ProgramAnalysis 
         weight_bytes = sum(stored[v] for v, s in zip(op.operands, specs, strict=True)
                            if s.const and s.dtype in ("fp32", "fp16", "bf16") and (s.numel or 0) > 1)
         outputs = [_tensor(r.type) for r in op.results]
-        cost = op_cost(OpDescription(op_type=kind, inputs=inputs, outputs=outputs, weight_bytes=weight_bytes))
+        cost = op_cost(OpDescription(op_type=kind, inputs=inputs, outputs=outputs, weight_bytes=weight_bytes)) \
+            if kind else None
         out = outputs[0] if outputs else None
         index = len(layers)
         layers.append(LayerInfo(
             name=f"{op.name.removeprefix('coreai.')}_{index}", op_type=kind, output_dtype=out.dtype if out else None,
-            output_shape=list(out.shape) if out and out.shape is not None else None, flops=cost.flops,
-            bytes=cost.bytes, weight_bytes=weight_bytes,
+            output_shape=list(out.shape) if out and out.shape is not None else None,
+            flops=cost.flops if cost else None, bytes=cost.bytes if cost else None, weight_bytes=weight_bytes,
             inputs=sorted({i for v in op.operands if (i := producers.get(v, ("", None))[1]) is not None}),
             integer_data=bool(out and out.dtype not in ("fp32", "fp16", "bf16"))))
+        compute.append(op)
         for result in op.results:
             producers[result] = (op.name, index)
-    return _analysis(asset, function, layers, graph, weight_ops), None
+    return layers, compute, unmapped, weight_ops
 
 
 def _analysis(asset: Path, function: str, layers: list[LayerInfo], graph: Any, weight_ops: int) -> ProgramAnalysis:

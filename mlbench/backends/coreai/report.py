@@ -35,7 +35,7 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
         for record, key, asset in assets:
             title = f"Core AI asset of {record.artifact_id} (artifact {key[:12]})"
             lines += [f"<details><summary>{title}</summary>", "",
-                      render_asset_markdown(asset, title=title, max_ops=12), "</details>", ""]
+                      render_asset_markdown(asset, title=title, max_ops=12, max_layers=40), "</details>", ""]
     for record in records:
         run = record.details.get("reference_runtime") if record.status == "ok" else None
         if run and run.get("seconds_per_call"):
