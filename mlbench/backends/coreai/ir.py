@@ -171,7 +171,7 @@ def origin(location: Any) -> dict[str, Any]:
     nodes = list(dict.fromkeys(re.findall(r'identifiers = \["([^"]+)"', own)))
     stack_match = re.search(r'"call_stack": \[([^\]]*)\]', own)
     stack = re.findall(r'"([^"]+)"', stack_match.group(1)) if stack_match else []
-    frames = [(file, int(line)) for file, line in dict.fromkeys(_FRAME.findall(text)) if file != "-"]
+    frames = [(file, int(line)) for file, line in dict.fromkeys(_FRAME.findall(text)) if file != "-" and line != "0"]
     result: dict[str, Any] = {}
     if nodes:
         result["torch"] = nodes
