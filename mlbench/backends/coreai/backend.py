@@ -49,10 +49,18 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None)
         "model_digest": model.digest,
         "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe},
+        "functions": _functions(model),
         "versions": {"torch": package_version("torch"), "coreai-torch": package_version("coreai-torch"),
                      "coreai-core": package_version("coreai-core"), "coreai-opt": package_version("coreai-opt"),
                      "mlbench": __version__},
     }
+
+
+def _functions(model: LoadedModel) -> list[str]:
+    """The asset's functions as the export lays them out: one per enumerated shape, else ``main``."""
+    from mlbench.backends.coreai.shapes import ENTRYPOINT, enumerated
+
+    return [f"{ENTRYPOINT}_{key}" for key in enumerated(list(model.spec.inputs))] or [ENTRYPOINT]
 
 
 def calibration_inputs(model: LoadedModel, verify_samples: int) -> list[list[Any]]:
@@ -169,17 +177,23 @@ class CoreaiBackend(Backend):
         if _on_device():  # pragma: no cover - macOS 27 only
             from mlbench.backends.coreai.device import measure_on_device
 
-            return measure_on_device(path, model, variant, self.config, metrics)
+            return measure_on_device(path, model, variant, self.config, metrics, self._function(model, variant))
         verification, why_not, details = self._reference(Path(path), model, variant)
         metrics.update(verification_metrics(verification, why_not))
         for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                            ("latency.best", "ms"), ("latency.p90", "ms")):
             metrics[name] = Metric.absent(unit, NO_DEVICE)
-        placement, estimated = self._estimates(Path(path), variant, metrics)
+        placement, estimated = self._estimates(Path(path), variant, metrics, self._function(model, variant))
         details.update(estimated)
         return Measurement(metrics=metrics, verify=verification, placement=placement, details=details)
 
-    def _estimates(self, path: Path, variant: Variant, metrics: dict[str, Metric]
+    def _function(self, model: LoadedModel, variant: Variant) -> str:
+        """The function a variant runs: ``main``, or its enumerated shape's ``main_s<label>`` (``shapes``)."""
+        from mlbench.backends.coreai.shapes import function_for
+
+        return "main" if self.target.package is not None else function_for(list(model.spec.inputs), variant.shape)
+
+    def _estimates(self, path: Path, variant: Variant, metrics: dict[str, Metric], function: str = "main"
                    ) -> tuple[Placement | None, dict[str, Any]]:
         """Core ML's placement rules and cost model applied to the Core AI ops where each maps onto a Core ML op
         (``estimate``): estimated placement, and latency.estimated.<chip> for estimate_on; else absent, why."""
@@ -188,7 +202,7 @@ class CoreaiBackend(Backend):
         from mlbench.backends.coreml.placement import estimate_placement
 
         try:
-            analysis, why_not = walk_function(path)
+            analysis, why_not = walk_function(path, function)
         except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made never fails a measured variant
             analysis, why_not = None, f"the IR walk failed: {one_line(f'{type(exc).__name__}: {exc}')}"
         if analysis is None:
@@ -217,7 +231,7 @@ class CoreaiBackend(Backend):
         samples = [model.sample(index, alternative) for index in range(self.config.verify.samples)]
         feeds = [{name: tensor.detach().cpu().numpy() for name, tensor in zip(model.input_names, inputs)}
                  for inputs, _ in samples]
-        run = run_reference(path, feeds)
+        run = run_reference(path, feeds, function=self._function(model, variant))
         pairs = [(reference, [out.astype("float32") if out.dtype.kind == "f" else out for out in outputs])
                  for (_, reference), outputs in zip(samples, run.outputs)]
         precision, optimize = variant.axis("precision"), variant.axis("optimize")
@@ -225,7 +239,8 @@ class CoreaiBackend(Backend):
                                        min_snr_db=self.config.verify.min_snr_db_for(precision, optimize),
                                        reference_name=REFERENCE, source="reference", method=REFERENCE_NOTE)
         details: dict[str, Any] = {"reference_runtime": {
-            "seconds_per_call": run.seconds, "output_names": run.output_names,
+            "function": self._function(model, variant), "seconds_per_call": run.seconds,
+            "output_names": run.output_names,
             "note": "time of Core AI's single-threaded CPU reference runtime on this machine: not latency",
             **({"exit": run.exit_note} if run.exit_note else {}),
             **({"op_time": run.op_time} if run.op_time else {})}}
