@@ -1,0 +1,1 @@
+"""Generative models: prefill and decode against a key/value cache."""
