@@ -4,7 +4,8 @@
 A variant knows which of its axes shape the artifact, so a sweep of P precisions × U compute
 units is planned as P exports and P×U measurements. A model whose inputs have shape alternatives
 (or ranges) adds one measurement-only axis, `shape`, to each of its variants: one export, measured
-at every shape.
+at every shape. A generative model (`generate:`) adds `prompt` the same way: one export for `context`
+cache positions, measured at every prompt length (`p32`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlbench.config.base import SHAPE_AXIS
+from mlbench.generate.spec import PROMPT_AXIS, prompt_length
 
 if TYPE_CHECKING:
     from mlbench.config.base import TargetBase
@@ -51,15 +53,24 @@ class Variant:
         """The measured shape's label, for a model with shape alternatives (else None)."""
         return dict(self.axes).get(SHAPE_AXIS)
 
+    @property
+    def prompt(self) -> int | None:
+        """A generative model's variant: the prompt length it measures (its `prompt` axis); else None."""
+        label = dict(self.axes).get(PROMPT_AXIS)
+        return prompt_length(label) if label is not None else None
+
     def fields(self) -> dict[str, str]:
         """Everything `exclude` can match on."""
         return {"model": self.model, "backend": self.backend, **dict(self.axes)}
 
 
-def _target_variants(model: str, shapes: list[str], index: int, target: TargetBase) -> list[Variant]:
+def _target_variants(model: str, shapes: list[str], index: int, target: TargetBase,
+                     prompts: list[str] | None = None) -> list[Variant]:
     values: dict[str, list[Any]] = target.axis_values()
     if shapes:
         values[SHAPE_AXIS] = shapes
+    if prompts:
+        values[PROMPT_AXIS] = prompts
     names = list(values)
     fixed = json.dumps(target.fixed_options(), sort_keys=True)
     return [
@@ -89,13 +100,14 @@ def expand(config: PipelineConfig) -> list[Variant]:
     """All variants in a stable order: models, then targets, then axes as written. No duplicates."""
     variants: list[Variant] = []
     shapes = {model.name: model.shape_labels() for model in config.models}
+    prompts = {model.name: model.prompt_labels() for model in config.models}
     for model in config.models:
         for index, target in enumerate(config.targets):
-            variants.extend(_target_variants(model.name, shapes[model.name], index, target))
+            variants.extend(_target_variants(model.name, shapes[model.name], index, target, prompts[model.name]))
     variants = [v for v in variants if not any(matches(e, v) for e in config.exclude)]
     for offset, include in enumerate(config.include):
         variants.extend(_target_variants(include.model, shapes.get(include.model, []), len(config.targets) + offset,
-                                         include))
+                                         include, prompts.get(include.model)))
     unique: dict[str, Variant] = {}
     for variant in variants:
         first = unique.setdefault(variant.id, variant)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
+from mlbench.backends.spec import MetricFamily
 from mlbench.records import COUNT_SHARE
 
 Better = Literal["lower", "higher"]
@@ -65,6 +66,13 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("size.weights", "bytes", "weights", "lower"),
     MetricInfo("params", "count", "params"),
     MetricInfo("macs", "count", "MACs"),
+    # a generative model's (mlbench.generate): prefill over the prompt, then one decode step per token
+    MetricInfo("latency.prefill", "ms", "prefill ms", "lower", compared=True, sampled=True),
+    MetricInfo("latency.decode", "ms", "decode ms/token", "lower", compared=True, sampled=True),
+    MetricInfo("tokens_per_s.decode", "tokens/s", "decode tokens/s", "higher", compared=True, sampled=True),
+    MetricInfo("memory.kv_cache", "bytes", "KV cache", "lower", compared=True),
+    MetricInfo("verify.token_agreement", "ratio", "token agreement", "higher", compared=True),
+    MetricInfo("verify.logits_max_rel", "rel", "logits max_rel", "lower", compared=True),
 )
 
 
@@ -84,6 +92,17 @@ def catalog() -> dict[str, MetricInfo]:
 
 FAMILY_ID = re.compile(r"^[a-z0-9][a-z0-9_]*$")
 
+GENERATIVE_ESTIMATES = (
+    MetricFamily(prefix="latency.estimated.prefill.", placeholder="chip", unit="ms", label="≈prefill ms {name}",
+                 better="lower", describe="prefill over the prompt estimated for that chip (compute-bound), never "
+                 "measured"),
+    MetricFamily(prefix="latency.estimated.decode.", placeholder="chip", unit="ms", label="≈decode ms/token {name}",
+                 better="lower", describe="one decode step estimated for that chip (weights and cache bytes over "
+                 "its bandwidth), never measured"),
+)
+"""A generative model's estimates per chip (mlbench.generate), checked before the backends' families: their
+prefixes are longer than a backend's `latency.estimated.`."""
+
 
 def info(name: str) -> MetricInfo | None:
     """The catalog's entry for a metric, including one of a backend's families (`prefix` + an id)."""
@@ -92,7 +111,7 @@ def info(name: str) -> MetricInfo | None:
         return known
     from mlbench.backends.registry import metric_families
 
-    for family in metric_families():
+    for family in (*GENERATIVE_ESTIMATES, *metric_families()):
         suffix = name[len(family.prefix):] if name.startswith(family.prefix) else None
         if suffix is not None and FAMILY_ID.match(suffix):
             return MetricInfo(name, family.unit, family.label.format(name=suffix), family.better,
@@ -104,7 +123,7 @@ def known_names() -> list[str]:
     """Every metric name a rule may use, families as `prefix<id>` patterns (for "did you mean")."""
     from mlbench.backends.registry import metric_families
 
-    return [*catalog(), *(f"{f.prefix}<{f.placeholder}>" for f in metric_families())]
+    return [*catalog(), *(f"{f.prefix}<{f.placeholder}>" for f in (*GENERATIVE_ESTIMATES, *metric_families()))]
 
 
 def columns(names: list[str]) -> list[MetricInfo]:
@@ -171,6 +190,8 @@ def format_value(value: float | None, unit: str, *, with_unit: bool = True) -> s
         return f"{text} ms" if with_unit else text
     if unit == "s":
         return f"{value:.3f} s" if with_unit else f"{value:.3f}"
+    if unit == "tokens/s":
+        return f"{value:.4g} tok/s" if with_unit else f"{value:.4g}"
     if unit == "bytes":
         from mlbench.units import human_bytes
 

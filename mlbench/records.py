@@ -72,13 +72,17 @@ class Metric(BaseModel):
     measured_as: str | None = Field(default=None,
                                     description="For an estimate of what this machine also measured: the "
                                     "measured metric's name (reports show their ratio).")
+    samples: list[float] | None = Field(default=None,
+                                        description="The raw samples value is the median of, where the figure has "
+                                        "its own (a generation's timed prefills and decode steps); compare's noise "
+                                        "guard reads them.")
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler: SerializerFunctionWrapHandler):  # no return annotation: see
         # NotFiniteAsAbsent. Written out by hand rather than with Field(exclude_if=...), which needs pydantic 2.12
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("band", "measured_as"):
+            for name in ("band", "measured_as", "samples"):
                 if data.get(name, 0) is None:
                     del data[name]
         return data

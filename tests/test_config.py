@@ -115,7 +115,8 @@ def test_exclude_with_unknown_field(write_pipeline):
     path = write_pipeline(ISSUE_EXAMPLE.replace("{model: resnet18, device: cuda}", "{model: resnet18, devcie: cuda}"))
     assert error_lines(path) == [
         f"{path}:15:23: exclude[0].devcie: unknown variant field 'devcie'; did you mean 'device'? "
-        "(fields: model, backend, compute_units, delegate, device, optimize, precision, providers, shape, threads)"
+        "(fields: model, backend, compute_units, delegate, device, optimize, precision, prompt, providers, shape, "
+        "threads)"
     ]
 
 

@@ -98,6 +98,10 @@ class Backend:
     cached_export: ClassVar[bool] = False
     """True when export() builds a file in the artifact cache: such exports may run in parallel
     worker processes ahead of measurement."""
+    generative: ClassVar[bool] = False
+    """True when export() and measure() handle a generative model's variants (`generate:`: prefill and decode
+    against a key/value cache, `variant.prompt` the prompt length); otherwise the runner skips them, saying
+    so (`generation_unsupported`), and the backend never sees one."""
 
     def __init__(self, target: TargetBase, config: PipelineConfig, cache: ArtifactCache) -> None:
         self.target = target
@@ -134,6 +138,14 @@ class Backend:
         """Load the variant's artifact as `measure` would and return a timer of its calls, for
         measurements interleaved with another artifact's. Raise VariantSkipped when this machine can't."""
         raise VariantSkipped(f"the {self.name} backend cannot time an artifact's calls on demand")
+
+
+def generation_unsupported(backend: type[Backend] | Backend, model: str) -> str | None:
+    """Why `backend` skips a variant of the generative model `model`; None when it runs them."""
+    if backend.generative:
+        return None
+    return (f"the {backend.name} backend does not run generative models yet: model '{model}' has a generate "
+            "block (prefill and decode against a key/value cache)")
 
 
 def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None = None,

@@ -159,7 +159,11 @@ def run_ref(report: RunReport, label: str, git_commit: str | None = None) -> Run
                   git_commit=git_commit, label=label)
 
 
-def _samples(record: RunRecord) -> list[float] | None:
+def _samples(record: RunRecord, metric: str = "latency.median") -> list[float] | None:
+    """The raw samples behind `metric`: its own (a generation's prefill and decode steps), else the latency's."""
+    own = record.metrics.get(metric)
+    if own is not None and own.samples:
+        return list(own.samples)
     return list(record.latency.samples) if record.latency is not None else None
 
 
@@ -188,7 +192,7 @@ def _delta(metric: str, base: RunRecord, head: RunRecord, alpha: float,
     if paired is not None and metric in paired:  # interleaved rounds: the paired estimate and test
         ratio, noise = paired[metric].ratio, paired[metric].noise
     elif known is not None and known.sampled and b.source == "measured" and h.source == "measured":
-        bs, hs = _samples(base), _samples(head)
+        bs, hs = _samples(base, metric), _samples(head, metric)
         if bs is None or hs is None:
             noise = NoiseTest(test=TEST_NAME, n_base=len(bs or []), n_head=len(hs or []), u=None, p_value=None,
                               alpha=alpha, significant=False, reason="a run kept no raw samples")

@@ -14,6 +14,7 @@ from mlbench.config.base import SHAPE_AXIS, suggest
 from mlbench.config.model_checks import check_models, sourceless_variants
 from mlbench.config.pipeline import TARGET_MODELS, PipelineConfig
 from mlbench.errors import UserError
+from mlbench.generate.spec import PROMPT_AXIS
 
 
 class PipelineInvalid(UserError):
@@ -138,7 +139,7 @@ def _check_references(config: PipelineConfig, loaded: Any) -> list[UserError]:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
     for loc, what in check_models(config, Path(loaded.path).parent):
         error(loc, what)
-    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS})
+    fields = ["model", "backend"] + sorted({a for t in TARGET_MODELS for a in t.axes} | {SHAPE_AXIS, PROMPT_AXIS})
     for i, entry in enumerate(config.exclude):
         if not entry:
             error(("exclude", i), "an empty exclude entry would match every variant")

@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.generate.spec import generate_problems
+
 if TYPE_CHECKING:
     from mlbench.config.pipeline import PipelineConfig
 
@@ -31,6 +33,7 @@ def check_models(config: PipelineConfig, base_dir: Path) -> list[Problem]:
                 problems.append((("models", m, "inputs", i, "values"), what))
         if spec.source_kind == "transformers":
             problems.extend(_vocabulary(m, spec.kwargs, spec.inputs))
+        problems.extend(generate_problems(m, spec))
     problems.extend(_existing_artifacts(config, base_dir))
     return problems
 

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from mlbench.config.base import StrictModel, first_repeat
+from mlbench.generate.spec import GenerateSpec
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """For pydantic's `pattern` (its regex engine's `$` is the end of the text); Python code uses SAFE_NAME_RE."""
@@ -206,6 +207,11 @@ class ModelSpec(StrictModel):
         description="How inputs reach forward(): in order, or by name (forward(input_ids=..., attention_mask=...)). "
         "Default: keyword for transformers sources, positional otherwise.",
     )
+    generate: GenerateSpec | None = Field(
+        default=None,
+        description="Makes the model generative: prefill over each prompt length, then new_tokens decode steps "
+        "against a key/value cache of context positions (docs/generate.md). The prompt comes in as input_ids.",
+    )
 
     @field_validator("source")
     @classmethod
@@ -270,6 +276,10 @@ class ModelSpec(StrictModel):
     def enumerated_inputs(self) -> int:
         """How many inputs have more than one enumerated shape (Core ML needs iOS18 for two or more)."""
         return sum(1 for i in self.inputs if any(isinstance(d, list) and len(set(d)) > 1 for d in i.shape))
+
+    def prompt_labels(self) -> list[str]:
+        """A generative model's prompt axis values (`p32`, ...); [] for any other model."""
+        return self.generate.labels() if self.generate is not None else []
 
     def shape_labels(self) -> list[str]:
         """One label per measured shape: the flexible dimensions' sizes (e.g. '128', '64x80'); [] when the

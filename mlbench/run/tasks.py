@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends.base import Backend, VariantSkipped
+from mlbench.backends.base import Backend, VariantSkipped, generation_unsupported
 from mlbench.backends.registry import backend_class
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.errors import one_line, short_error
@@ -80,6 +80,13 @@ class WorkContext:
             self._backends[variant.target_index] = backend
         return self._backends[variant.target_index]
 
+    def unsupported(self, variant: Variant) -> str | None:
+        """Why the variant's backend skips it before any work: a generative model on a backend that runs none."""
+        spec = next((m for m in self.config.models if m.name == variant.model), None)
+        if spec is None or spec.generate is None:
+            return None
+        return generation_unsupported(self.backend(variant), variant.model)
+
     def forget_model(self) -> None:
         """The next `model()` builds afresh (`mlbench ab` times several copies, each in its own memory)."""
         self._model = None
@@ -132,6 +139,8 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
     """Make sure the variant's artifact is in the cache; failures come back as one line (`on_stage(subject,
     name)`: "load" then "export", as `run_group` says them)."""
     stage = on_stage or (lambda subject, name: None)
+    if ctx.unsupported(variant) is not None:
+        return ExportOutcome(variant.id)  # measurement will say why
     try:
         stage(variant.model, "load")
         model = ctx.model(variant.model)
@@ -158,6 +167,10 @@ def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
     if export_failure is not None:  # a parallel export already failed: don't pay for it twice
         for variant in group:
             yield Finished(_record(variant, "failed", started, t0, error=export_failure))
+        return
+    if (why := ctx.unsupported(first)) is not None:
+        for variant in group:
+            yield Finished(_record(variant, "skipped", started, t0, error=why))
         return
     try:
         stage(first.model, "load")

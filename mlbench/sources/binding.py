@@ -43,17 +43,19 @@ def needs_binding(output: Any, keyword: bool) -> bool:
 class BoundModule(torch.nn.Module):
     """`module` called with the inputs by name (keyword) or in order, its outputs as a flat tuple."""
 
-    def __init__(self, module: torch.nn.Module, input_names: list[str] | None) -> None:
+    def __init__(self, module: torch.nn.Module, input_names: list[str] | None,
+                 options: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.module = module
         self.input_names = input_names  # None: positional
+        self.options = dict(options or {})  # constant keyword arguments (a generative model's use_cache=False)
         self.output_names: list[str] = []
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         if self.input_names is None:
-            output = self.module(*inputs)
+            output = self.module(*inputs, **self.options)
         else:
-            output = self.module(**dict(zip(self.input_names, inputs)))
+            output = self.module(**dict(zip(self.input_names, inputs)), **self.options)
         named = flatten_outputs(output)
         self.output_names = [name for name, _ in named]
         return tuple(tensor for _, tensor in named)

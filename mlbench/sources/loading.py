@@ -59,6 +59,9 @@ class LoadedModel:
     _digest: str | None = field(default=None, repr=False)
     _samples: dict[tuple[int, int], tuple[list[torch.Tensor], list[tuple[str, np.ndarray]]]] = field(
         default_factory=dict, repr=False)
+    generations: dict[tuple[int, int], Any] = field(default_factory=dict, repr=False)
+    """Eager float32's greedy generations of a generative model, by (prompt length, new tokens), made once
+    and shared by every backend's verification (`mlbench.generate.reference`)."""
 
     @property
     def has_source(self) -> bool:
@@ -227,15 +230,17 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
         module = module.float()
     module = module.eval()
     names = [i.name for i in spec.inputs]
+    # a generative model's forward pass without its cache: the cache is the backends' (mlbench.generate)
+    options = {"use_cache": False} if spec.generate is not None and spec.keyword_inputs else {}
     try:
         with torch.inference_mode():
-            output = module(**dict(zip(names, inputs))) if spec.keyword_inputs else module(*inputs)
+            output = module(**dict(zip(names, inputs)), **options) if spec.keyword_inputs else module(*inputs)
     except Exception as exc:
         shapes = ", ".join(f"{i.name}{i.default_shape}" for i in spec.inputs)
         raise ModelLoadError(f"model does not run on its inputs ({shapes}): {_first_line(exc)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]
     if needs_binding(output, spec.keyword_inputs):
-        module = BoundModule(module, names if spec.keyword_inputs else None).eval()
+        module = BoundModule(module, names if spec.keyword_inputs else None, options).eval()
     return LoadedModel(spec=spec, module=module, example_inputs=inputs, reference=reference, seed=seed,
                        maker=maker, source_digest=source_digest, build_digest=built_by)
 

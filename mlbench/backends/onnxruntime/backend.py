@@ -85,6 +85,7 @@ def static_metrics(artifact: OnnxArtifact, size_bytes: int) -> dict[str, Metric]
 class OnnxruntimeBackend(Backend):
     name = "onnxruntime"
     cached_export = True
+    generative = True
     target: OnnxruntimeTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
@@ -97,6 +98,8 @@ class OnnxruntimeBackend(Backend):
             graph = graph_summary(path)
             return Exported(payload=OnnxArtifact(path, graph), info=existing_artifact_info(path, "existing .onnx file"),
                             details={"onnx_graph": graph, "export": {"existing": str(path)}})
+        if model.spec.generate is not None:
+            return self._export_decoder(model, variant)
         output_names = [name for name, _ in model.reference]
 
         def export(folder: Path) -> OnnxExportResult:
@@ -114,6 +117,27 @@ class OnnxruntimeBackend(Backend):
             "onnx_graph": graph,
             "export": cached.facts("opset", "fallback_reason", "float16_conversion", "warnings"),
         }
+        return Exported(payload=OnnxArtifact(cached.path, graph), info=cached.info, details=details)
+
+    def _export_decoder(self, model: LoadedModel, variant: Variant) -> Exported:
+        """A generative model's decoder graph, the cache as inputs and outputs (`generate_export`)."""
+        from mlbench.backends.onnxruntime.export import graph_summary
+        from mlbench.backends.onnxruntime.generate_export import DECODER_FORMAT, DecoderExport, export_decoder
+        from mlbench.generate.eager import causal_lm
+
+        precision = variant.axis("precision")
+        lm = causal_lm(model.torch_module, model.spec.name)
+        key = artifact_key_inputs(model, precision, self.target.opset)
+        key["generate"] = {"format": DECODER_FORMAT, "transformers": package_version("transformers")}
+
+        def own_facts(result: DecoderExport) -> dict[str, Any]:
+            return {"opset": result.opset, "float16_conversion": result.float16_conversion, "layers": result.layers}
+
+        cached = build_cached(self.cache, key, lambda folder: export_decoder(
+            lm, precision=precision, opset=self.target.opset, dest=folder), label=variant.artifact_id,
+            own_facts=own_facts)
+        graph = graph_summary(cached.path)
+        details = {"onnx_graph": graph, "export": cached.facts("opset", "float16_conversion", "layers", "warnings")}
         return Exported(payload=OnnxArtifact(cached.path, graph), info=cached.info, details=details)
 
     # -- measuring --------------------------------------------------------------------------
@@ -178,6 +202,8 @@ class OnnxruntimeBackend(Backend):
         ort_name = PROVIDERS[provider]
         self._require_provider(ort, provider)
         metrics = static_metrics(artifact, exported.info.size_bytes if exported.info else 0)
+        if model.spec.generate is not None:
+            return self._measure_generation(ort, model, exported, variant, metrics)
 
         load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
         alternative = model.alternative(variant.shape)
@@ -226,6 +252,23 @@ class OnnxruntimeBackend(Backend):
                         "onnxruntime": ort.__version__},
         }
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
+
+    def _measure_generation(self, ort: Any, model: LoadedModel, exported: Exported, variant: Variant,
+                            metrics: dict[str, Metric]) -> Measurement:
+        from mlbench.backends.onnxruntime.generate import measure_generation
+        from mlbench.timing import time_once
+
+        if self.target.file is not None:
+            raise VariantSkipped("a generative model's ONNX decoder is exported by mlbench (the cache as inputs and "
+                                 "outputs); an existing .onnx file is not measured as one")
+        provider = variant.axis("providers")
+        load_ms, session = time_once(lambda: self._session(ort, exported.payload.path, provider,
+                                                           self._session_options(ort)))
+        result = measure_generation(session, model, variant, self.config, threads=self.target.intra_op_threads)
+        result.metrics = {**metrics, "load_time": Metric.measured(load_ms, "ms"), **result.metrics}
+        result.details["session"] = {"provider": PROVIDERS[provider], "onnxruntime": ort.__version__,
+                                     "graph_optimization": self.target.graph_optimization}
+        return result
 
 
 def _feed(session: Any, model: LoadedModel, sample: int = 0, alternative: int = 0) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from mlbench.timing import time_calls, time_once
 
 class TorchBackend(Backend):
     name = "torch"
+    generative = True
     target: TorchTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
@@ -80,6 +81,8 @@ class TorchBackend(Backend):
         import torch
 
         device, precision = variant.axis("device"), variant.axis("precision")
+        if model.spec.generate is not None:
+            return self._measure_generation(model, exported, variant)
         call = self._prepare(model, exported, variant)
         try:
             with self._settings():
@@ -114,6 +117,22 @@ class TorchBackend(Backend):
                                  min_snr_db=self.config.verify.min_snr_db_for(precision), reference_name=REFERENCE)
         return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
                            verify=verify)
+
+    def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        import torch
+
+        from mlbench.backends.torch.generate import measure_generation
+
+        device = variant.axis("device")
+        _require_device(device)
+        try:
+            with self._settings():
+                return measure_generation(model, exported.payload.to(device), variant, self.config,
+                                          sync=_synchronizer(device),
+                                          threads=torch.get_num_threads() if device == "cpu" else None)
+        finally:
+            if device != "cpu":
+                exported.payload.to("cpu")
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         call = self._prepare(model, exported, variant)
