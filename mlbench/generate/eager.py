@@ -31,6 +31,13 @@ def causal_lm(module: torch.nn.Module, name: str) -> torch.nn.Module:
     return inner
 
 
+def cache_argument(lm: torch.nn.Module) -> str:
+    """The keyword the model's forward takes its cache by: `cache` (transformers 5.24 on), else `past_key_values`."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(lm.forward).parameters else "past_key_values"
+
+
 class CachedGenerator:
     """Prefill and decode steps of a causal LM against a `StaticCache` of `context` positions."""
 
@@ -42,6 +49,7 @@ class CachedGenerator:
         self.cache = StaticCache(config=module.config, max_cache_len=context)
         self.length = 0
         self.dtype = dtype
+        self.keyword = cache_argument(module)
 
     def reset(self) -> None:
         """Empty the cache (in place: its tensors stay allocated) for a new prompt."""
@@ -52,7 +60,7 @@ class CachedGenerator:
         positions = torch.arange(self.length, self.length + ids.shape[1], device=self.device)
         if self.length + ids.shape[1] > self.context:
             raise ValueError(f"{self.length + ids.shape[1]} tokens exceed the cache's {self.context} positions")
-        out = self.module(input_ids=ids, past_key_values=self.cache, use_cache=True, cache_position=positions)
+        out = self.module(input_ids=ids, use_cache=True, cache_position=positions, **{self.keyword: self.cache})
         self.length += ids.shape[1]
         return out.logits[0, -1]
 

@@ -105,6 +105,9 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
 
     body.append("<h2>Latency per model</h2>")
     body += latency_section(report.records)
+    from mlbench.report.html_generate import generation_html  # a generative model's charts (none otherwise)
+
+    body += generation_html(report.records)
     body.append("<h2>Placement per variant</h2>")
     body.append(placement_chart(report.records))
 

@@ -188,11 +188,16 @@ def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str
 
 def model_table(model: str, records: list[RunRecord]) -> list[str]:
     """The model's heading and its table (folded columns included): what a comment keeps longest."""
+    from mlbench.report.generate_markdown import generation_section  # a generative model's table (else nothing)
+
     baseline = baseline_for(records)
     lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records))]
-    return lines + [f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)."
-                    if baseline else f"_vs eager_: no {REFERENCE} baseline ran for this model.", "",
-                    *render_column_notes(records, extra_columns(records)), *placement_legend(records)]
+    generation = generation_section(records)
+    vs_eager = (f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)." if baseline else
+                "_vs eager_: see the generation table (decode per token at each prompt length)." if generation else
+                f"_vs eager_: no {REFERENCE} baseline ran for this model.")
+    return lines + [vs_eager, "",
+                    *render_column_notes(records, extra_columns(records)), *placement_legend(records), *generation]
 
 
 def placement_legend(records: list[RunRecord]) -> list[str]:

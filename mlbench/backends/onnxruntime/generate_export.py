@@ -47,8 +47,10 @@ class PastKeyValuesDecoder(torch.nn.Module):
     """`lm` called with its cache given as tensors, returning the last position's logits and the cache after."""
 
     def __init__(self, lm: torch.nn.Module, layers: int) -> None:
+        from mlbench.generate.eager import cache_argument
+
         super().__init__()
-        self.lm, self.layers = lm, layers
+        self.lm, self.layers, self.keyword = lm, layers, cache_argument(lm)
 
     def forward(self, input_ids: torch.Tensor, *past: torch.Tensor) -> tuple[torch.Tensor, ...]:
         from transformers.cache_utils import DynamicCache
@@ -57,8 +59,8 @@ class PastKeyValuesDecoder(torch.nn.Module):
         for i in range(self.layers):
             cache.update(past[2 * i], past[2 * i + 1], i)
         positions = torch.arange(input_ids.shape[1]) + past[0].shape[2]
-        out = self.lm(input_ids=input_ids, past_key_values=cache, use_cache=True, cache_position=positions,
-                      position_ids=positions[None])
+        out = self.lm(input_ids=input_ids, use_cache=True, cache_position=positions, position_ids=positions[None],
+                      **{self.keyword: cache})
         presents = [t for layer in cache.layers for t in (layer.keys, layer.values)]
         return (out.logits[:, -1], *presents)
 
@@ -67,9 +69,11 @@ def cache_shapes(lm: torch.nn.Module) -> list[tuple[int, int]]:
     """(heads, head_dim) of each layer's key then value, read from one step of the model with a fresh cache."""
     from transformers.cache_utils import DynamicCache
 
+    from mlbench.generate.eager import cache_argument
+
     cache = DynamicCache(config=lm.config)
     with torch.inference_mode():
-        lm(input_ids=torch.zeros((1, 1), dtype=torch.int64), past_key_values=cache, use_cache=True)
+        lm(input_ids=torch.zeros((1, 1), dtype=torch.int64), use_cache=True, **{cache_argument(lm): cache})
     return [(int(t.shape[1]), int(t.shape[3])) for layer in cache.layers for t in (layer.keys, layer.values)]
 
 
