@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 NO_DEVICE = ("Core AI runs on a device only on macOS 27; here Apple's CPU reference runtime gives numerics, and "
              "its time is not latency")
+NOT_TIMED_ON_DEVICE = ("a Core AI generation is not timed on macOS 27 yet: the reference runtime gives its numerics, "
+                       "its time is not latency")
 NO_PLACEMENT = ("Core AI tells no placement off macOS 27 (and no API says where a function ran even there); "
                 "Core ML's placement rules are applied only where every Core AI op maps onto a Core ML op")
 
@@ -119,6 +121,7 @@ def _on_device() -> bool:
 class CoreaiBackend(Backend):
     name = "coreai"
     cached_export = True
+    generative = True
     target: CoreaiTarget
 
     def _require(self) -> None:
@@ -138,6 +141,8 @@ class CoreaiBackend(Backend):
             return Exported(payload=(path, analysis), info=existing_artifact_info(path, "existing Core AI asset"),
                             details={"coreai_asset": analysis, "export": {"existing": str(path)}})
         recipe = resolve(variant.axis("optimize"), self.config.optimizations)
+        if model.spec.generate is not None:
+            return self._export_generation(model, variant, precision, recipe)
         output_names = [name for name, _ in model.reference]
         calibration = (calibration_inputs(model, self.config.verify.samples)
                        if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
@@ -161,6 +166,36 @@ class CoreaiBackend(Backend):
                    "export": cached.facts("float16_cast", "fallback_reason", "warnings")}
         return Exported(payload=(cached.path, analysis), info=cached.info, details=details)
 
+    def _export_generation(self, model: LoadedModel, variant: Variant, precision: str, recipe: dict | None
+                           ) -> Exported:
+        """A generative model's asset: prefill and decode functions, the KV cache as states (``generate``)."""
+        from mlbench.backends.coreai.analysis import analyse_asset
+        from mlbench.backends.coreai.export import CoreaiExportResult
+        from mlbench.backends.coreai.generate import GENERATE_FORMAT, export_generation
+        from mlbench.generate.eager import causal_lm
+
+        generate = model.spec.generate
+        assert generate is not None
+        if recipe is not None and recipe["kind"] == "linear_quantize_activations":
+            raise VariantSkipped("W8A8 needs calibration inputs of one shape; a generative model's prefill and "
+                                 "decode take two, so it is not applied to one")
+        key = artifact_key_inputs(model, precision, recipe)
+        key["generate"] = {"format": GENERATE_FORMAT, "context": generate.context,
+                           "transformers": package_version("transformers")}
+
+        def export(folder: Path) -> CoreaiExportResult:
+            return export_generation(causal_lm(model.torch_module, model.spec.name), context=generate.context,
+                                     precision=precision, optimization=recipe, dest=folder)
+
+        def own_facts(result: CoreaiExportResult) -> dict[str, Any]:
+            return {"float16_cast": result.float16_cast, "analysis": analyse_asset(result.artifact)}
+
+        cached = build_cached(self.cache, key, export, label=variant.artifact_id, own_facts=own_facts)
+        analysis = dict(cached.meta.get("analysis") or analyse_asset(cached.path), path=str(cached.path))
+        analysis["package_bytes"] = cached.info.size_bytes
+        details = {"coreai_asset": analysis, "export": cached.facts("float16_cast", "warnings")}
+        return Exported(payload=(cached.path, analysis), info=cached.info, details=details)
+
     def measure_times(self, variant: Variant) -> bool:
         return _on_device()  # elsewhere: analysis and reference numerics, which other work cannot disturb
 
@@ -174,6 +209,14 @@ class CoreaiBackend(Backend):
         self._require()
         path, analysis = exported.payload
         metrics = static_metrics(analysis)
+        if model.spec.generate is not None:
+            from mlbench.backends.coreai.generate import measure_generation
+
+            why = NOT_TIMED_ON_DEVICE if _on_device() else NO_DEVICE
+            generated, verify, details = measure_generation(Path(path), analysis, model, variant, self.config,
+                                                            list(self.target.estimate_on), why)
+            metrics.update(generated)
+            return Measurement(metrics=metrics, verify=verify, details=details)
         if _on_device():  # pragma: no cover - macOS 27 only
             from mlbench.backends.coreai.device import measure_on_device
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from mlbench.backends.coreml.analysis.records import LayerInfo, ProgramAnalysis, TensorDescription, Totals
 from mlbench.backends.coreml.cost import OpDescription, TensorSpec, op_cost
@@ -35,7 +35,9 @@ MOVEMENT = {"reshape": "reshape", "transpose": "transpose", "pad": "pad", "conca
             "squeeze": "squeeze", "expand_dims": "expand_dims", "slice": "slice_by_index", "tile": "tile",
             "split": "split", "stack": "stack", "broadcast_in_dims": "tile", "gather_nd": "gather_nd",
             "gather": "gather", "scatter_nd": "scatter_nd", "scatter": "scatter", "slice_update": "slice_update",
-            "read_handle": "read_state", "write_handle": "coreml_update_state"}
+            "read_handle": "read_state", "write_handle": "coreml_update_state", "broadcast_to": "tile",
+            "where": "select", "get_shape": "shape", "broadcast_shapes": "shape", "range": "range_1d",
+            "fill": "fill"}
 """A state (KV cache) is read and written through handles: Core ML's read_state / coreml_update_state."""
 OTHER = {"conv2d": "conv", "batch_matmul": "matmul", "matmul": "matmul", "softmax": "softmax",
          "reduce_mean": "reduce_mean", "reduce_sum": "reduce_sum", "reduce_max": "reduce_max",
@@ -181,10 +183,11 @@ def cost_layers(graph: Any, resolve: Callable[[str], Any] | None = None, *, dept
             unmapped[_label(op)] += 1
         consts = [producers.get(v, ("", None))[0] == "constant" for v in op.operands]
         specs = [_tensor(v.type, const) for v, const in zip(op.operands, consts, strict=True)]
-        params = OPERANDS.get(kind, ("x", "y"))
-        inputs = {name: [spec] for name, spec in zip(params, specs, strict=False)}
+        names = OPERANDS.get(kind, ("x", "y"))
+        inputs = {name: [spec] for name, spec in zip(names, specs, strict=False)}
         weight_bytes = sum(stored[v] for v, s in zip(op.operands, specs, strict=True)
                            if s.const and s.dtype in ("fp32", "fp16", "bf16") and (s.numel or 0) > 1)
+        params = sum(s.numel or 0 for s in specs if s.const and (s.numel or 0) > 1)
         outputs = [_tensor(r.type) for r in op.results]
         cost = op_cost(OpDescription(op_type=kind, inputs=inputs, outputs=outputs, weight_bytes=weight_bytes)) \
             if kind else None
@@ -194,6 +197,7 @@ def cost_layers(graph: Any, resolve: Callable[[str], Any] | None = None, *, dept
             name=f"{op.name.removeprefix('coreai.')}_{index}", op_type=kind, output_dtype=out.dtype if out else None,
             output_shape=list(out.shape) if out and out.shape is not None else None,
             flops=cost.flops if cost else None, bytes=cost.bytes if cost else None, weight_bytes=weight_bytes,
+            params=params,
             inputs=sorted({i for v in op.operands if (i := producers.get(v, ("", None))[1]) is not None}),
             integer_data=bool(out and out.dtype not in ("fp32", "fp16", "bf16"))))
         compute.append(op)
