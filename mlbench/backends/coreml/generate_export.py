@@ -63,6 +63,12 @@ class ExportedGeneration:
     context: int
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    export_path: str = "torch.jit.trace"  # the one path: torch.export does not carry the buffers' writes as state
+    fallback_reason: str | None = None
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder
 
 
 def function_packages(folder: Path) -> dict[str, tuple[Path, str]]:
