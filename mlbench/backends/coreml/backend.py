@@ -87,7 +87,7 @@ class CoremlBackend(Backend):
         if model.spec.generate is not None:
             from mlbench.backends.coreml.generate_backend import export_generative
 
-            return export_generative(self, model, variant)
+            return export_generative(self, model, variant, artifact_key_inputs)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
                                                     enumerated_inputs=model.spec.enumerated_inputs)
@@ -153,7 +153,8 @@ class CoremlBackend(Backend):
         if model.spec.generate is not None:
             from mlbench.backends.coreml.generate_backend import measure_generative
 
-            return measure_generative(self, model, exported, variant)
+            return measure_generative(self, model, exported, variant, placement_for=placement_for,
+                                      static_metrics=static_metrics, not_macos=_not_macos())
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
         compute_units = variant.axis("compute_units")

@@ -12,6 +12,7 @@ reason.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -56,10 +57,12 @@ def kv_cache_bytes(state_shapes: dict[str, list[int]], state_dtype: str) -> int:
     return total
 
 
-def export_generative(backend: CoremlBackend, model: LoadedModel, variant: Variant) -> Exported:
+def export_generative(backend: CoremlBackend, model: LoadedModel, variant: Variant,
+                      artifact_key_inputs: Callable[..., dict]) -> Exported:
+    """The cached stateful export (`artifact_key_inputs`: the backend's key of a package, the generation's
+    own facts added), each function analysed."""
     from mlbench.backends.cached_export import build_cached
     from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.backends.coreml.backend import artifact_key_inputs
     from mlbench.backends.coreml.generate_export import FUNCTIONS, GENERATE_FORMAT, export_generation, function_packages
     from mlbench.backends.coreml.target import recipe_dict
     from mlbench.generate.eager import causal_lm
@@ -96,9 +99,12 @@ def export_generative(backend: CoremlBackend, model: LoadedModel, variant: Varia
     return Exported(payload=payload, info=cached.info, details=details)
 
 
-def measure_generative(backend: CoremlBackend, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+def measure_generative(backend: CoremlBackend, model: LoadedModel, exported: Exported, variant: Variant, *,
+                       placement_for: Callable[..., Any], static_metrics: Callable[..., dict[str, Metric]],
+                       not_macos: str) -> Measurement:
+    """The variant's figures (module docstring); the backend lends its placement, static metrics and the reason
+    Core ML does not run here."""
     from mlbench.backends.base import placement_metrics
-    from mlbench.backends.coreml.backend import _not_macos, placement_for, static_metrics
     from mlbench.backends.coreml.generate_run import emulated_generation
 
     generation: CoremlGeneration = exported.payload
@@ -129,7 +135,7 @@ def measure_generative(backend: CoremlBackend, model: LoadedModel, exported: Exp
         details["latency_estimate"] = parts
     emulated, why_not = emulated_generation(generation.folder, model, variant, backend.config)
     if sys.platform != "darwin":
-        reason = _not_macos()
+        reason = not_macos
         metrics.update(generative_metrics(kv_cache_bytes=kv_bytes, absent={PREFILL: reason, DECODE: reason}))
         if emulated is not None:
             metrics.update(verification_metrics(emulated))

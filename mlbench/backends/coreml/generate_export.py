@@ -102,7 +102,7 @@ def export_generation(lm: torch.nn.Module, *, context: int, precision: str, opti
                                                torch.from_numpy(causal_mask(example, 0))))
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise ExportError(f"Core ML generative export: torch.jit.trace failed: {shorten_coremltools_message(exc)}") from None
-    shape = tuple(int(d) for d in wrapper.key_cache.shape)
+    shape = tuple(int(d) for d in wrapper.geometry.shape)
     states = [ct.StateType(wrapped_type=ct.TensorType(shape=shape, dtype=np.float16), name=n) for n in STATE_NAMES]
     n = ct.RangeDim(1, context, default=example, symbol="query")
     end = ct.RangeDim(1, context, default=example, symbol="end")
@@ -133,7 +133,7 @@ def export_generation(lm: torch.nn.Module, *, context: int, precision: str, opti
         parts[name] = dest / f"{name}.mlpackage"
         with coremltools_captured(sink):
             mlmodel.save(str(parts[name]))
-    layout, reason = "two packages", "multifunction not requested"
+    layout, reason = "two packages", "multifunction not requested"  # type: str, str | None
     if multifunction:
         reason = _join(ct, parts, dest / PACKAGE_NAME, sink)
         if reason is None:
