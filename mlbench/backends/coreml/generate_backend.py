@@ -23,7 +23,6 @@ from mlbench.records import Metric
 
 if TYPE_CHECKING:
     from mlbench.backends.coreml.analysis import ProgramAnalysis
-    from mlbench.backends.coreml.backend import CoremlBackend
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
@@ -57,7 +56,7 @@ def kv_cache_bytes(state_shapes: dict[str, list[int]], state_dtype: str) -> int:
     return total
 
 
-def export_generative(backend: CoremlBackend, model: LoadedModel, variant: Variant,
+def export_generative(backend: Any, model: LoadedModel, variant: Variant,
                       artifact_key_inputs: Callable[..., dict]) -> Exported:
     """The cached stateful export (`artifact_key_inputs`: the backend's key of a package, the generation's
     own facts added), each function analysed."""
@@ -99,7 +98,7 @@ def export_generative(backend: CoremlBackend, model: LoadedModel, variant: Varia
     return Exported(payload=payload, info=cached.info, details=details)
 
 
-def measure_generative(backend: CoremlBackend, model: LoadedModel, exported: Exported, variant: Variant, *,
+def measure_generative(backend: Any, model: LoadedModel, exported: Exported, variant: Variant, *,
                        placement_for: Callable[..., Any], static_metrics: Callable[..., dict[str, Metric]],
                        not_macos: str) -> Measurement:
     """The variant's figures (module docstring); the backend lends its placement, static metrics and the reason
