@@ -85,10 +85,14 @@ class _SliceCache:
 class KVCacheLM(torch.nn.Module):
     """`forward(input_ids [1, n], causal_mask [1, 1, n, end]) -> logits [1, n, vocab]`, cache in buffers."""
 
+    key_cache: torch.Tensor
+    value_cache: torch.Tensor
+
     def __init__(self, model: torch.nn.Module, context: int, cache_dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         config = getattr(model, "config", None)
-        if config is None or not hasattr(model, "get_output_embeddings") or model.get_output_embeddings() is None:
+        head = getattr(model, "get_output_embeddings", None)
+        if config is None or head is None or head() is None:
             raise NotACausalLM(f"{type(model).__name__} is not a causal language model (no LM head), "
                                "so it has no key/value cache to generate with")
         self.geometry = cache_shape(config, context)

@@ -2,13 +2,15 @@
 terms (`latency.estimate_latency`: a roofline per op on its placed device, dispatch, switches, fixed cost).
 
 A generative function's shapes are flexible (n query tokens against `end` cached positions), so its analysis
-leaves the FLOPs and bytes of the shape-dependent ops unknown. `pin_shapes` fills them in for one call:
+leaves the FLOPs and bytes of the shape-dependent ops unknown. `pin_shapes` fills them in for one call, every
+unknown dimension taken as `end` (decode's query length is fixed at 1; prefill from an empty cache has
+n = end = the prompt):
 
 - ``linear``: 2 × weight elements × n FLOPs; bytes: the weights as stored (int4 blocks read at their size)
   plus the activations in and out;
-- ``matmul`` (attention): 2 × output elements × the reduction length (the head size for Q·Kᵀ, `end` for
-  the weights·V), the unknown output dimensions taken as n, then `end`; bytes: both operands and the output,
-  so the cache read grows with the position;
+- ``matmul`` (attention): 2 × output elements × the reduction length (the head size for Q·Kᵀ, whose last
+  dimension is the unknown one, `end` for the weights·V); bytes: both operands and the output, so the cache
+  read grows with the position;
 - any other op with unknown dimensions: one FLOP per output element, its output read and written once.
 
 Prefill (n = prompt, end = prompt) is then mostly compute; a decode step (n = 1, end = position) is mostly
@@ -37,11 +39,10 @@ PREFILL_PREFIX = "latency.estimated.prefill."
 DECODE_PREFIX = "latency.estimated.decode."
 
 
-def _filled(shape: list[int | None] | None, n: int, end: int) -> list[int] | None:
-    if shape is None:
-        return None
-    fills = iter((n, end))
-    return [d if d is not None else next(fills, end) for d in shape]
+def _filled(shape: list[int | None] | None, end: int) -> list[int] | None:
+    """Every unknown dimension is `end`: in decode the query length is fixed (1) and only the cached length
+    varies; in prefill from an empty cache both are the prompt's length."""
+    return None if shape is None else [d if d is not None else end for d in shape]
 
 
 def _count(shape: list[int]) -> int:
@@ -53,7 +54,7 @@ def _count(shape: list[int]) -> int:
 
 def _pinned(layer: LayerInfo, n: int, end: int, head_dim: int) -> LayerInfo:
     bytes_per = DTYPE_BITS.get(layer.output_dtype or "fp16", 16) // 8
-    shape = _filled(layer.output_shape, n, end)
+    shape = _filled(layer.output_shape, end)
     if shape is None:
         return layer
     out = _count(shape)

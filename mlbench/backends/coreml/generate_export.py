@@ -63,6 +63,12 @@ class ExportedGeneration:
     context: int
     seconds: float
     warnings: list[str] = field(default_factory=list)
+    export_path: str = "torch.jit.trace"  # the one path: torch.export does not carry the buffers' writes as state
+    fallback_reason: str | None = None
+
+    @property
+    def artifact(self) -> Path:
+        return self.folder
 
 
 def function_packages(folder: Path) -> dict[str, tuple[Path, str]]:
@@ -96,7 +102,7 @@ def export_generation(lm: torch.nn.Module, *, context: int, precision: str, opti
                                                torch.from_numpy(causal_mask(example, 0))))
     except Exception as exc:  # noqa: BLE001 - one line for the user
         raise ExportError(f"Core ML generative export: torch.jit.trace failed: {shorten_coremltools_message(exc)}") from None
-    shape = tuple(int(d) for d in wrapper.key_cache.shape)
+    shape = tuple(int(d) for d in wrapper.geometry.shape)
     states = [ct.StateType(wrapped_type=ct.TensorType(shape=shape, dtype=np.float16), name=n) for n in STATE_NAMES]
     n = ct.RangeDim(1, context, default=example, symbol="query")
     end = ct.RangeDim(1, context, default=example, symbol="end")
@@ -127,7 +133,7 @@ def export_generation(lm: torch.nn.Module, *, context: int, precision: str, opti
         parts[name] = dest / f"{name}.mlpackage"
         with coremltools_captured(sink):
             mlmodel.save(str(parts[name]))
-    layout, reason = "two packages", "multifunction not requested"
+    layout, reason = "two packages", "multifunction not requested"  # type: str, str | None
     if multifunction:
         reason = _join(ct, parts, dest / PACKAGE_NAME, sink)
         if reason is None:

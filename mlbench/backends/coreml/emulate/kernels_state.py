@@ -69,12 +69,12 @@ def _cell(value: Any) -> StateCell:
 
 
 @kernel("read_state")
-def read_state(input, **_):  # noqa: A002 - the MIL input's name
+def read_state(input, **_):
     return _cell(input).value.clone()
 
 
 @kernel("write_state")
-def write_state(input, data, **_):  # noqa: A002
+def write_state(input, data, **_):
     _cell(input).write(data)
     return ()
 
