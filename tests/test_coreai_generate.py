@@ -104,3 +104,4 @@ report: {{dir: out, formats: [json, markdown]}}
     assert prefill.source == decode.source == "estimated" and prefill.value > 0 and decode.value > 0
     assert record.details["reference_runtime"]["note"].endswith("not latency")
     assert record.verify.source == "reference" and record.verify.passed
+    assert record.placement.source == "estimated" and "The decode function's" in record.placement.note

@@ -213,10 +213,10 @@ class CoreaiBackend(Backend):
             from mlbench.backends.coreai.generate import measure_generation
 
             why = NOT_TIMED_ON_DEVICE if _on_device() else NO_DEVICE
-            generated, verify, details = measure_generation(Path(path), analysis, model, variant, self.config,
-                                                            list(self.target.estimate_on), why)
+            generated, verify, details, placement = measure_generation(
+                Path(path), analysis, model, variant, self.config, list(self.target.estimate_on), why)
             metrics.update(generated)
-            return Measurement(metrics=metrics, verify=verify, details=details)
+            return Measurement(metrics=metrics, verify=verify, placement=placement, details=details)
         if _on_device():  # pragma: no cover - macOS 27 only
             from mlbench.backends.coreai.device import measure_on_device
 

@@ -166,9 +166,10 @@ def kv_cache_bytes(analysis: dict[str, Any]) -> int | None:
 
 
 def measure_generation(path: Path, analysis: dict[str, Any], model: LoadedModel, variant: Variant,
-                       config: PipelineConfig, estimate_on: list[str], no_device: str) -> tuple[dict[str, Any], Any,
-                                                                                                  dict[str, Any]]:
-    """The generative metrics of a Core AI variant on Linux: (metrics, verification, details)."""
+                       config: PipelineConfig, estimate_on: list[str], no_device: str
+                       ) -> tuple[dict[str, Any], Any, dict[str, Any], Any]:
+    """The generative metrics of a Core AI variant on Linux: (metrics, verification, details, the decode
+    function's estimated placement or None)."""
     from mlbench.generate.metrics import (
         DECODE,
         PREFILL,
@@ -195,10 +196,10 @@ def measure_generation(path: Path, analysis: dict[str, Any], model: LoadedModel,
                      "functions": list(FUNCTIONS), "states": STATES},
         "reference_runtime": {**run_details, "note": "time of Core AI's single-threaded CPU reference runtime on "
                               "this machine (prefill: one call; decode: each step): not latency"}}
-    if estimate_on:
-        from mlbench.backends.coreai.generate_estimate import estimate_generation
+    from mlbench.backends.coreai.generate_estimate import estimate_generation
 
-        estimates, parts = estimate_generation(path, model, variant, estimate_on)
-        metrics.update(estimates)
+    estimates, parts, placement = estimate_generation(path, model, variant, estimate_on)
+    metrics.update(estimates)
+    if estimate_on:
         details["latency_estimate"] = parts
-    return metrics, verification, details
+    return metrics, verification, details, placement

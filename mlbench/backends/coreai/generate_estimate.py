@@ -18,6 +18,7 @@ from mlbench.records import Metric
 if TYPE_CHECKING:  # pragma: no cover
     from mlbench.backends.coreml.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
+    from mlbench.records import Placement
     from mlbench.sources.loading import LoadedModel
 
 
@@ -44,8 +45,9 @@ def _linears(analysis: ProgramAnalysis) -> ProgramAnalysis:
 
 
 def estimate_generation(path: Path, model: LoadedModel, variant: Variant, chips: list[str]
-                        ) -> tuple[dict[str, Metric], dict[str, Any]]:
-    """`latency.estimated.prefill.<chip>` and `latency.estimated.decode.<chip>`, or absent with the reason."""
+                        ) -> tuple[dict[str, Metric], dict[str, Any], Placement | None]:
+    """`latency.estimated.prefill.<chip>` and `latency.estimated.decode.<chip>`, or absent with the reason; and
+    the decode function's estimated placement (the step a generation repeats), None when not estimated."""
     from mlbench.backends.coreai.estimate import NOTE, walk_function
     from mlbench.backends.coreml.generate_estimate import DECODE_PREFIX, PREFILL_PREFIX, generation_estimates
     from mlbench.backends.coreml.placement import estimate_placement
@@ -60,10 +62,12 @@ def estimate_generation(path: Path, model: LoadedModel, variant: Variant, chips:
         if analysis is None:
             reason = f"not estimated: function {name}: {why}"
             return ({f"{prefix}{chip}": Metric.absent("ms", reason) for chip in chips
-                     for prefix in (PREFILL_PREFIX, DECODE_PREFIX)}, {"absent": reason})
+                     for prefix in (PREFILL_PREFIX, DECODE_PREFIX)}, {"absent": reason}, None)
         analysis = _linears(analysis)
         functions[name] = (analysis, estimate_placement(analysis, variant.axis("compute_units")))
     head_dim = cache_shape(causal_lm(model.torch_module, model.spec.name).config, generate.context).head_dim
     metrics, parts = generation_estimates(functions, chips, prompt=variant.prompt, new_tokens=generate.new_tokens,
                                           head_dim=head_dim)
-    return metrics, {"note": NOTE, **parts}
+    placement = functions["decode"][1]
+    placement.note = f"{NOTE}. The decode function's, the step a generation repeats. {placement.note or ''}".strip()
+    return metrics, {"note": NOTE, **parts}, placement
