@@ -45,7 +45,8 @@ EXAMPLES = "(e.g. latency.median:+10%, placement.neural_engine:-5pp, verify.max_
     ("latency.median:10%", "rule 'latency.median:10%': threshold '10%' is not +N%, -N%, +Npp, -Npp, +N, -N, >N or <N"),
     ("latency.median:+10pp", "rule 'latency.median:+10pp': percentage points apply to fractions (placement.neural_engine, "
                              "placement.gpu, placement.cpu, placement.count.neural_engine, placement.count.gpu, "
-                                 "placement.count.cpu, verify.top1_agreement); use % for latency.median"),
+                                 "placement.count.cpu, verify.top1_agreement, verify.token_agreement); use % for "
+                             "latency.median"),
     ("verify.max_rel:>1%", "rule 'verify.max_rel:>1%': a limit (>N) is a plain number in the metric's unit, without %"),
     ("placement.gpu:<5pp", "rule 'placement.gpu:<5pp': a limit (<N) is a plain number in the metric's unit, without pp"),
     ("status:faild", "rule 'status:faild': status can be failed, skipped, gone, not 'faild'; did you mean 'failed'?"),

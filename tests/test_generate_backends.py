@@ -14,9 +14,9 @@ transformers = pytest.importorskip("transformers")
 
 from mlbench.generate.eager import CachedGenerator, full_forward_logits  # noqa: E402
 
-LLAMA = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-             num_key_value_heads=1, vocab_size=100, max_position_embeddings=128)
-GPT2 = dict(n_embd=32, n_layer=1, n_head=2, vocab_size=100, n_positions=128, bos_token_id=0, eos_token_id=0)
+LLAMA = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "vocab_size": 100, "max_position_embeddings": 128}
+GPT2 = {"n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 100, "n_positions": 128, "bos_token_id": 0, "eos_token_id": 0}
 
 
 def tiny(kind: str):

@@ -50,3 +50,44 @@ def test_verify_generation_counts_agreeing_tokens_and_the_worst_step():
     assert not check.passed and check.outputs[0].name == "logits"
     same = verify_generation(reference, reference, tolerance=1e-4, min_snr_db=60, reference_name="eager")
     assert same.passed and same.top1_agreement == 1.0 and same.max_rel == 0.0
+
+
+def _record(variant: str, metrics: dict, status: str = "ok") -> RunRecord:
+    model, backend, *values = variant.split("/")
+    names = {"torch": ["device", "precision"], "onnxruntime": ["precision", "providers"]}[backend]
+    return RunRecord(variant_id=variant, model=model, backend=backend,
+                     axes={**dict(zip(names, values[:-1])), "prompt": values[-1]}, artifact_id="a", status=status,
+                     metrics=metrics, started="x", seconds=1.0, details={})
+
+
+def test_the_generation_section_has_a_row_per_variant_and_prompt_with_sources_marked():
+    from mlbench.generate.metrics import estimated_metrics
+    from mlbench.report.generate_markdown import generation_section
+
+    eager = generative_metrics(prefill_ms=[10.0], decode_ms=[2.0], kv_cache_bytes=32768)
+    onnx = {**generative_metrics(prefill_ms=[1.0], decode_ms=[0.5, 0.5], kv_cache_bytes=32768, token_agreement=0.5,
+                                 logits_max_rel=1e-3),
+            **estimated_metrics("a17pro", prefill_ms=0.25, decode_ms=0.125)}
+    lines = generation_section([_record("m/torch/cpu/float32/p32", eager),
+                                _record("m/onnxruntime/float32/cpu/p32", onnx),
+                                _record("m/onnxruntime/float32/cpu/p128", {}, status="failed")])
+    assert lines[:5] == [
+        "#### Generation", "",
+        "| Variant | Prompt | Prefill ms | Decode ms/token | Tokens/s | vs eager | KV cache | Tokens = eager "
+        "| Logits max_rel |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| `torch/cpu/float32` | 32 | 10.00 | 2.00 | 500 | 1.00× | 32.8 kB | reference | – |",
+    ]
+    assert lines[5] == "| `onnxruntime/float32/cpu` | 32 | 1.00 | 0.500 | 2000 | 4.00× | 32.8 kB | 50% | 1.00e-03 |"
+    folded = "\n".join(lines)
+    assert "≈0.250" in folded and "≈0.125" in folded  # the estimates per chip, marked, in the folded columns
+    assert generation_section([_record("m/torch/cpu/float32/p32", {}, status="skipped")]) == []
+
+
+def test_compare_tests_a_generation_on_its_own_decode_samples():
+    from mlbench.compare.comparison import _samples
+
+    record = _record("m/torch/cpu/float32/p32", generative_metrics(decode_ms=[1.0, 2.0, 3.0]))
+    assert _samples(record, "latency.decode") == [1.0, 2.0, 3.0]
+    assert _samples(record, "tokens_per_s.decode") == [1.0, 2.0, 3.0]
+    assert _samples(record, "latency.median") is None  # no forward-pass latency in a generative record

@@ -14,24 +14,28 @@ from typing import Any
 import numpy as np
 import torch
 
+from mlbench.errors import ReportableError
 from mlbench.generate.metrics import GreedyTrace
-from mlbench.sources.errors import ModelLoadError
 
 
-def causal_lm(module: torch.nn.Module, name: str) -> torch.nn.Module:
+class NoKVCache(ReportableError):
+    """The model keeps no key/value cache mlbench can drive: its generative variants fail with this one line."""
+
+
+def causal_lm(module: torch.nn.Module, name: str) -> Any:
     """The transformers causal language model inside a loaded model (unwrapping mlbench's binding); one line
     when it is none (a module or file source that keeps no key/value cache mlbench can drive)."""
-    inner = getattr(module, "module", module)  # BoundModule holds the model it binds
+    inner: Any = getattr(module, "module", module)  # BoundModule holds the model it binds
     config = getattr(inner, "config", None)
     if config is None or not hasattr(inner, "get_output_embeddings") or inner.get_output_embeddings() is None:
-        raise ModelLoadError(f"model '{name}' has no key/value cache mlbench can drive: generate needs a transformers "
+        raise NoKVCache(f"model '{name}' has no key/value cache mlbench can drive: generate needs a transformers "
                              "causal language model (a ...ForCausalLM or ...LMHeadModel class)")
     if getattr(config, "use_cache", True) is False:
-        raise ModelLoadError(f"model '{name}' keeps no key/value cache (its config sets use_cache false)")
+        raise NoKVCache(f"model '{name}' keeps no key/value cache (its config sets use_cache false)")
     return inner
 
 
-def cache_argument(lm: torch.nn.Module) -> str:
+def cache_argument(lm: Any) -> str:
     """The keyword the model's forward takes its cache by: `cache` (transformers 5.24 on), else `past_key_values`."""
     import inspect
 
@@ -41,7 +45,7 @@ def cache_argument(lm: torch.nn.Module) -> str:
 class CachedGenerator:
     """Prefill and decode steps of a causal LM against a `StaticCache` of `context` positions."""
 
-    def __init__(self, module: torch.nn.Module, context: int, *, device: str = "cpu",
+    def __init__(self, module: Any, context: int, *, device: str = "cpu",
                  dtype: torch.dtype = torch.float32) -> None:
         from transformers.cache_utils import StaticCache
 
@@ -95,7 +99,7 @@ class CachedGenerator:
         return GreedyTrace(prompt=[int(t) for t in prompt.reshape(-1).tolist()], tokens=chosen, logits=logits)
 
 
-def full_forward_logits(module: torch.nn.Module, tokens: Sequence[int]) -> np.ndarray:
+def full_forward_logits(module: Any, tokens: Sequence[int]) -> np.ndarray:
     """The logits at every position of one forward pass over `tokens`, without a cache: what decoding with a
     cache must equal (the tests' check of each backend's cache)."""
     ids = torch.tensor([list(tokens)], dtype=torch.int64)

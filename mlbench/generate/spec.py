@@ -54,7 +54,7 @@ class GenerateSpec(StrictModel):
     @field_validator("prompt")
     @classmethod
     def _distinct(cls, prompt: list[int]) -> list[int]:
-        if (length := first_repeat(prompt)) is not None:
+        if (length := first_repeat([str(n) for n in prompt])) is not None:
             raise ValueError(f"prompt length {length} is listed twice; each length is measured once")
         return prompt
 

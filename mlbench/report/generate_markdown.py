@@ -17,13 +17,20 @@ from mlbench.generate.metrics import (
     TOKENS_PER_S,
 )
 from mlbench.generate.spec import PROMPT_AXIS
-from mlbench.records import RunRecord
-from mlbench.report.markdown import fmt_metric, variant_label
+from mlbench.metrics import format_ms, source_mark
+from mlbench.records import Metric, RunRecord
 from mlbench.report.markdown_layout import Column, render_table
 from mlbench.report.text import md_code
 from mlbench.units import human_bytes
 
 HEADING = "#### Generation"
+
+
+def fmt_metric(metric: Metric | None, fmt=format_ms) -> str:
+    """A figure with its source's mark (`≈`, `†`, `‡`), or – when absent (as the model table writes them)."""
+    if metric is None or metric.value is None:
+        return "–"
+    return source_mark(metric.source) + fmt(metric.value)
 
 
 def generative(records: list[RunRecord]) -> list[RunRecord]:

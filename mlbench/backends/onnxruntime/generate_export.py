@@ -46,7 +46,7 @@ def present_names(layers: int) -> list[str]:
 class PastKeyValuesDecoder(torch.nn.Module):
     """`lm` called with its cache given as tensors, returning the last position's logits and the cache after."""
 
-    def __init__(self, lm: torch.nn.Module, layers: int) -> None:
+    def __init__(self, lm: Any, layers: int) -> None:
         from mlbench.generate.eager import cache_argument
 
         super().__init__()
@@ -61,11 +61,12 @@ class PastKeyValuesDecoder(torch.nn.Module):
         positions = torch.arange(input_ids.shape[1]) + past[0].shape[2]
         out = self.lm(input_ids=input_ids, use_cache=True, cache_position=positions, position_ids=positions[None],
                       **{self.keyword: cache})
-        presents = [t for layer in cache.layers for t in (layer.keys, layer.values)]
+        layers: list[Any] = list(cache.layers)
+        presents = [t for layer in layers for t in (layer.keys, layer.values)]
         return (out.logits[:, -1], *presents)
 
 
-def cache_shapes(lm: torch.nn.Module) -> list[tuple[int, int]]:
+def cache_shapes(lm: Any) -> list[tuple[int, int]]:
     """(heads, head_dim) of each layer's key then value, read from one step of the model with a fresh cache."""
     from transformers.cache_utils import DynamicCache
 
@@ -74,7 +75,8 @@ def cache_shapes(lm: torch.nn.Module) -> list[tuple[int, int]]:
     cache = DynamicCache(config=lm.config)
     with torch.inference_mode():
         lm(input_ids=torch.zeros((1, 1), dtype=torch.int64), use_cache=True, **{cache_argument(lm): cache})
-    return [(int(t.shape[1]), int(t.shape[3])) for layer in cache.layers for t in (layer.keys, layer.values)]
+    layers: list[Any] = list(cache.layers)
+    return [(int(t.shape[1]), int(t.shape[3])) for layer in layers for t in (layer.keys, layer.values)]
 
 
 @dataclass
@@ -89,7 +91,7 @@ class DecoderExport:
     warnings: list[str] = field(default_factory=list)
 
 
-def export_decoder(lm: torch.nn.Module, *, precision: str, opset: int | None, dest: Path) -> DecoderExport:
+def export_decoder(lm: Any, *, precision: str, opset: int | None, dest: Path) -> DecoderExport:
     """Write `dest/model.onnx`: the decoder graph (module docstring), float32 or converted to float16 with float32
     inputs and outputs as the backend's other exports are."""
     import onnx
