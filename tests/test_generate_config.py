@@ -97,3 +97,32 @@ def test_exclude_may_name_a_prompt_length(write_pipeline):
     path.write_text(path.read_text() + "exclude:\n  - {backend: onnxruntime, prompt: p128}\n")
     ids = [v.id for v in expand(load_pipeline(path).config)]
     assert "llama/onnxruntime/float32/cpu/p128" not in ids and len(ids) == 3
+
+
+NO_CACHE_MODEL = """\
+import torch
+
+
+class Plain(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(100, 8)
+        self.head = torch.nn.Linear(8, 100)
+
+    def forward(self, input_ids):
+        return self.head(self.embed(input_ids))
+"""
+
+
+def test_a_module_without_a_kv_cache_fails_its_generative_variants_in_one_line(write_pipeline, tmp_path):
+    from mlbench.run.runner import run
+
+    (tmp_path / "plain.py").write_text(NO_CACHE_MODEL, encoding="utf-8")
+    path = pipeline(write_pipeline, source="plain.py:Plain", kwargs="{}")
+    path.write_text(path.read_text().replace("  - backend: onnxruntime\n", "") + "history: {enabled: false}\n"
+                    "cache: {dir: cache}\n")
+    records = run(load_pipeline(path), jobs=1).records
+    assert [(r.variant_id, r.status) for r in records] == [("llama/torch/cpu/float32/p32", "failed"),
+                                                           ("llama/torch/cpu/float32/p128", "failed")]
+    assert records[0].error == ("measure: model 'llama' has no key/value cache mlbench can drive: generate needs a "
+                                "transformers causal language model (a ...ForCausalLM or ...LMHeadModel class)")

@@ -14,8 +14,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from mlbench.errors import ReportableError
 from mlbench.generate.metrics import GreedyTrace
-from mlbench.sources.errors import ModelLoadError
+
+
+class NoKVCache(ReportableError):
+    """The model keeps no key/value cache mlbench can drive: its generative variants fail with this one line."""
 
 
 def causal_lm(module: torch.nn.Module, name: str) -> Any:
@@ -24,10 +28,10 @@ def causal_lm(module: torch.nn.Module, name: str) -> Any:
     inner: Any = getattr(module, "module", module)  # BoundModule holds the model it binds
     config = getattr(inner, "config", None)
     if config is None or not hasattr(inner, "get_output_embeddings") or inner.get_output_embeddings() is None:
-        raise ModelLoadError(f"model '{name}' has no key/value cache mlbench can drive: generate needs a transformers "
+        raise NoKVCache(f"model '{name}' has no key/value cache mlbench can drive: generate needs a transformers "
                              "causal language model (a ...ForCausalLM or ...LMHeadModel class)")
     if getattr(config, "use_cache", True) is False:
-        raise ModelLoadError(f"model '{name}' keeps no key/value cache (its config sets use_cache false)")
+        raise NoKVCache(f"model '{name}' keeps no key/value cache (its config sets use_cache false)")
     return inner
 
 

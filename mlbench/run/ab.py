@@ -83,7 +83,9 @@ class _Side:
     def timer(self, variant: Variant) -> CallTimer:
         """One copy of the variant, built, exported and loaded into memory of its own."""
         backend = self.ctx.backend(variant)
-        why_not = backend.untimeable(variant)
+        why_not = (backend.untimeable(variant) if variant.prompt is None else
+                   "mlbench ab interleaves calls of one forward pass; a generative variant (prefill, then decode steps) "
+                   "is measured by mlbench run")
         if why_not is not None:  # before building or exporting anything
             raise VariantSkipped(why_not)
         self.ctx.forget_model()

@@ -104,7 +104,7 @@ def measure_generative(backend: Any, model: LoadedModel, exported: Exported, var
     """The variant's figures (module docstring); the backend lends its placement, static metrics and the reason
     Core ML does not run here."""
     from mlbench.backends.base import placement_metrics
-    from mlbench.backends.coreml.generate_run import emulated_generation
+    from mlbench.backends.coreml.generate_run import STATE_PRECISION_NOTE, emulated_generation
 
     generation: CoremlGeneration = exported.payload
     generate = model.spec.generate
@@ -123,6 +123,8 @@ def measure_generative(backend: Any, model: LoadedModel, exported: Exported, var
         "layout": generation.layout if not generation.layout_reason else f"{generation.layout}: {generation.layout_reason}",
         "placement_prefill": placements["prefill"].model_dump(mode="json"),
         "kv_cache": f"declared state shapes {generation.state_shapes} in {generation.state_dtype}"}
+    if variant.axis("precision") == "float32":
+        details["verify_tolerance"] = STATE_PRECISION_NOTE
     if backend.target.estimate_on:
         from mlbench.backends.coreml.generate_estimate import generation_estimates
 

@@ -11,7 +11,8 @@ n = end = the prompt):
 - ``matmul`` (attention): 2 × output elements × the reduction length (the head size for Q·Kᵀ, whose last
   dimension is the unknown one, `end` for the weights·V); bytes: both operands and the output, so the cache
   read grows with the position;
-- any other op with unknown dimensions: one FLOP per output element, its output read and written once.
+- any other op with unknown dimensions: one FLOP per output element, its output read and written once; an
+  op with no dimension known at all is taken as large as its largest input.
 
 Prefill (n = prompt, end = prompt) is then mostly compute; a decode step (n = 1, end = position) is mostly
 the weights and the cache read once per token over the chip's bandwidth — the roofline's two terms, with the
@@ -52,11 +53,14 @@ def _count(shape: list[int]) -> int:
     return total
 
 
-def _pinned(layer: LayerInfo, n: int, end: int, head_dim: int) -> LayerInfo:
+def _pinned(layer: LayerInfo, n: int, end: int, head_dim: int, inputs_elements: int) -> LayerInfo:
     bytes_per = DTYPE_BITS.get(layer.output_dtype or "fp16", 16) // 8
     shape = _filled(layer.output_shape, end)
     if shape is None:
         return layer
+    if layer.output_shape and len(layer.output_shape) > 1 and all(d is None for d in layer.output_shape):
+        # no dimension known (e.g. the tile repeating grouped key/value heads): as large as its largest input
+        shape = [max(inputs_elements, 1)]
     out = _count(shape)
     if layer.op_type == "linear" and layer.params:
         flops = 2 * layer.params * n
@@ -75,7 +79,12 @@ def _pinned(layer: LayerInfo, n: int, end: int, head_dim: int) -> LayerInfo:
 
 def pin_shapes(analysis: ProgramAnalysis, n: int, end: int, head_dim: int) -> ProgramAnalysis:
     """The analysis of one call with `n` query tokens against `end` cache positions (module docstring)."""
-    return analysis.model_copy(update={"layers": [_pinned(layer, n, end, head_dim) for layer in analysis.layers]})
+    layers: list[LayerInfo] = []
+    for layer in analysis.layers:
+        elements = max((_count(_filled(layers[i].output_shape, end) or [0]) for i in layer.inputs
+                        if 0 <= i < len(layers)), default=0)
+        layers.append(_pinned(layer, n, end, head_dim, elements))
+    return analysis.model_copy(update={"layers": layers})
 
 
 def generation_estimates(functions: dict[str, tuple[ProgramAnalysis, Placement]], chip_ids: list[str], *,
