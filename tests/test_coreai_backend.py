@@ -290,7 +290,7 @@ def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_pa
     assert record.metrics["size.package"].value == records(report)["float16/all/none"].metrics["size.package"].value
 
 
-def test_flexible_shapes_make_one_asset_verified_at_every_size(write_pipeline):
+def test_flexible_shapes_make_one_asset_verified_at_every_size_enumerated_sizes_a_function_each(write_pipeline):
     path = write_pipeline(f"""\
         version: 1
         name: flex
@@ -317,7 +317,15 @@ def test_flexible_shapes_make_one_asset_verified_at_every_size(write_pipeline):
     text = [r for r in report.records if r.model == "text"]
     assert len({r.artifact.key for r in text}) == 1  # one asset serves every size
     asset = report.artifacts[text[0].artifact.key]["coreai_asset"]
-    assert [i["type"] for i in asset["functions"][0]["inputs"]] == ["NDArray (Int32, 1 × ?)"] * 2
+    # enumerated sizes stay enumerated: one static function per size (set_static_shape_config), weights shared
+    assert sorted((f["name"], [i["type"] for i in f["inputs"]]) for f in asset["functions"]) == sorted(
+        (f"main_s{n}", [f"NDArray (Int32, 1 × {n})"] * 2) for n in (8, 16, 24))
+    sys.path.insert(0, str(ROOT / "examples"))
+    from tiny_text import TinyText
+
+    params = sum(p.numel() for p in TinyText().parameters())
+    assert 0.9 * params < asset["storage_types"]["Float32"] < 1.1 * params  # one copy of the weights, not three
+    assert {r.details["reference_runtime"]["function"] for r in text} == {"main_s8", "main_s16", "main_s24"}
     assert all(r.verify.source == "reference" and r.verify.max_abs <= 1e-5 for r in report.records)
     (cnn,) = [r for r in report.records if r.model == "cnn"]
     assert report.artifacts[cnn.artifact.key]["coreai_asset"]["functions"][0]["inputs"][0]["type"] == \

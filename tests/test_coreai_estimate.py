@@ -35,9 +35,9 @@ class Attention(torch.nn.Module):
         return torch.nn.functional.scaled_dot_product_attention(q, q, q).transpose(1, 2).reshape(1, 8, 16)
 
 
-class Floor(torch.nn.Module):
+class Cumsum(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.floor(x) + x
+        return torch.cumsum(x, 1) + x
 
 
 def _asset(module, x, folder, precision="float32", optimization=None):
@@ -93,10 +93,9 @@ def test_composites_map_to_layer_norm_and_attention(tmp_path):
 def test_an_op_without_a_counterpart_leaves_the_estimate_absent(tmp_path):
     from mlbench.backends.coreai.estimate import walk_function
 
-    analysis, why = walk_function(_asset(Floor(), torch.randn(1, 4), tmp_path))
+    analysis, why = walk_function(_asset(Cumsum(), torch.randn(1, 4), tmp_path))
     assert analysis is None
-    assert why == ("Core AI ops without a Core ML counterpart in mlbench's table: "
-                   "decomposable.broadcasting_floor_divide ×1")
+    assert why == "Core AI ops without a Core ML counterpart in mlbench's table: scan ×1"
 
 
 def test_float16_placement_and_latency_by_core_mls_rules(tmp_path):
@@ -161,3 +160,55 @@ def test_an_unknown_chip_is_refused(tmp_path):
     with pytest.raises(UserError) as err:
         load_pipeline(path)
     assert "unknown chip 'm9'" in str(err.value)
+
+
+def _rope_norm():
+    from coreai_torch.composite_ops import RMSNorm, RoPE
+
+    class RopeNorm(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.rope, self.norm = RoPE(), RMSNorm(16)
+
+        def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+            return self.rope(self.norm(x), position_ids=pos)
+
+    return RopeNorm().eval(), (torch.randn(1, 2, 8, 16), torch.arange(8).view(1, 8)), (RoPE, RMSNorm)
+
+
+def test_an_externalized_rope_and_rmsnorm_cost_what_their_ops_cost_inline(tmp_path):
+    """coreai-torch keeps RoPE and RMSNorm as graphs of their own when asked (externalize_modules); an invoke of a
+    graph Core ML has no single op for is priced as its body, the same ops as the model converted inline."""
+    from mlbench.backends.coreai.estimate import walk_function
+    from mlbench.backends.coreai.export import export_coreai, import_coreai
+
+    coreai_torch = import_coreai()
+    model, args, kinds = _rope_norm()
+    inline = export_coreai(model, list(args), ["x", "pos"], ["y"], precision="float32", optimization=None,
+                           dest=tmp_path / "inline").artifact
+    converter = coreai_torch.TorchConverter().add_pytorch_module(
+        model, export_fn=lambda m: torch.export.export(m, args).run_decompositions(coreai_torch.get_decomp_table()),
+        externalize_modules=list(kinds), input_names=["x", "pos"], output_names=["y"])
+    external = tmp_path / "external.aimodel"
+    converter.to_coreai().save_asset(external)
+    assert "coreai.invoke @rope_" in str(__import__("coreai.authoring").authoring.AIModelAsset.load(external).program)
+    flat, why_flat = walk_function(inline)
+    nested, why = walk_function(external)
+    assert why is None and why_flat is None
+    assert nested.op_counts == flat.op_counts and {"cos", "sin", "concat", "rsqrt"} <= set(nested.op_counts)
+    assert nested.totals.flops == flat.totals.flops and nested.totals.bytes == flat.totals.bytes
+    assert [layer.name.split("/")[0] for layer in nested.layers].count("rope") == 15  # the body's compute ops
+
+
+class Branch(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cond(x.sum() > 0, lambda t: t * 2, lambda t: t - 1, (x,))
+
+
+def test_control_flow_leaves_the_estimate_absent_naming_it(tmp_path):
+    from mlbench.backends.coreai.estimate import walk_function
+
+    analysis, why = walk_function(_asset(Branch(), torch.randn(1, 4), tmp_path))
+    assert analysis is None
+    assert why.startswith("control flow (if): which branch runs and how often a loop turns are known only when it "
+                          "runs, so no cost is sound; unmapped: if ×1")

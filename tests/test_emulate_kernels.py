@@ -573,6 +573,35 @@ def test_activation_quantize_and_dequantize():
     close(back, [[-1.0, 0.5, 0.5], [2.0, -0.3, 10.0]], tol=1e-3)
 
 
+def test_state_ops_read_write_and_update_one_cell_across_calls():
+    """A KV cache's life by hand: zeroed state, "write_state" of a slice-updated copy, "read_state" sees it,
+    "coreml_update_state" writes and returns; writes round to the state's fp16; a wrong shape is refused."""
+    from mlbench.backends.coreml.emulate.kernels_state import StateCell
+    from mlbench.backends.coreml.emulate.registry import KernelError
+
+    cell = StateCell("key_cache", "fp16", (2, 3), torch.zeros(2, 3))
+    assert run("read_state", input=cell).tolist() == [[0, 0, 0], [0, 0, 0]]
+    assert run("write_state", input=cell, data=np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]], np.float32)) == ()
+    read = run("read_state", input=cell)
+    assert read.tolist() == [[1, 2, 3], [0, 0, 0]]
+    read[0, 0] = 99.0  # a read is a copy: changing it leaves the state alone
+    assert cell.value[0, 0].item() == 1.0
+    out = run("coreml_update_state", state=cell, value=np.array([[1.0, 2.0, 3.0], [1.0 / 3, 5.0, 6.0]], np.float32))
+    assert out[1, 0].item() == float(np.float16(1.0 / 3)) and cell.value[1, 0].item() == float(np.float16(1.0 / 3))
+    with pytest.raises(KernelError, match=r"state 'key_cache' has shape \[2, 3\]; a write of shape \[3\] does not fit"):
+        run("write_state", input=cell, data=np.zeros(3, np.float32))
+    CHECKED.update({"read_state", "write_state", "coreml_update_state"})
+
+
+def test_a_squeezed_slice_takes_the_element_at_begin_and_concat_takes_scalars():
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    # squeeze_mask on axis 0: MIL ignores end there (coremltools writes end = begin for it)
+    out = run("slice_update", x=x, update=np.full((3, 2), -1.0, np.float32), begin=np.array([1, 0, 1]),
+              end=np.array([1, 3, 3]), squeeze_mask=np.array([True, False, False]))
+    assert out[1, :, 1:3].tolist() == [[-1, -1]] * 3 and out[0].tolist() == x[0].tolist()
+    assert run("concat", values=[np.array(1, np.int32), np.array([2, 3], np.int32)], axis=0).tolist() == [1, 2, 3]
+
+
 def test_every_registered_kernel_is_checked_here():
     """Every op type the interpreter claims is named (quoted) in a check of this file."""
     from pathlib import Path

@@ -50,6 +50,10 @@ def analyse_asset(path: Path) -> dict[str, Any]:
     storage = {name: int(count) for name, count in summary.storage_types}
     ops = {name: int(count) for name, count in summary.operation_distribution}
     widths = {name: type_bits(name) for name in storage}
+    from mlbench.backends.coreai.ir import graph_ops, load_module
+    from mlbench.backends.coreai.layers import layer_rows
+
+    written = graph_ops(load_module(path))
     weight_bits = sum(count * (widths[name] or 0) for name, count in storage.items())
     return {
         "path": str(path),
@@ -59,16 +63,20 @@ def analyse_asset(path: Path) -> dict[str, Any]:
         "storage_types": storage,
         "compute_types": list(summary.compute_types),
         "op_histogram": dict(sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))),
+        "graph_ops": written,  # as written in the IR: the histogram above also counts each decomposition (ir)
         "ops_total": sum(ops.values()),
         "compute_ops": sum(count for name, count in ops.items() if name != "constant"),
         "stored_scalars": sum(storage.values()),
         "weight_bytes": (weight_bits + 7) // 8,
         "package_bytes": sum(f.stat().st_size for f in path.rglob("*") if f.is_file()),
+        "layers": layer_rows(path),
     }
 
 
-def render_asset_markdown(analysis: dict[str, Any], *, title: str, max_ops: int | None = None) -> str:
-    """The analysis as Markdown: functions with their inputs/outputs/states, storage types, op histogram."""
+def render_asset_markdown(analysis: dict[str, Any], *, title: str, max_ops: int | None = None,
+                          max_layers: int | None = None) -> str:
+    """The analysis as Markdown: functions with their inputs/outputs/states, storage types, op histogram (the
+    summary's, beside the ops as written), and the per-op table with origins (at most `max_layers` rows)."""
     from mlbench.report.text import md_cell, md_code
 
     lines = [f"#### {md_cell(title)}", "",
@@ -87,6 +95,17 @@ def render_asset_markdown(analysis: dict[str, Any], *, title: str, max_ops: int 
         lines.append(f"| {md_cell(name)} | {count:,} | {size} |")
     ops = list(analysis["op_histogram"].items())
     shown = ops if max_ops is None else ops[:max_ops]
-    lines += ["", f"| Op ({len(shown)} of {len(ops)} kinds) | Count |", "|---|---:|"]
-    lines += [f"| {md_code(name)} | {count} |" for name, count in shown]
+    written = analysis.get("graph_ops")
+    if written is None:
+        lines += ["", f"| Op ({len(shown)} of {len(ops)} kinds) | Count |", "|---|---:|"]
+        lines += [f"| {md_code(name)} | {count} |" for name, count in shown]
+    else:
+        lines += ["", f"| Op ({len(shown)} of {len(ops)} kinds) | Count (summary, decompositions included) | "
+                  "As written in the IR |", "|---|---:|---:|"]
+        lines += [f"| {md_code(name)} | {count} | {written.get(name, 0)} |" for name, count in shown]
+    from mlbench.backends.coreai.layers import render_layers_markdown
+
+    layers = render_layers_markdown(analysis.get("layers") or [], max_rows=max_layers)
+    if layers:
+        lines += [""] + layers
     return "\n".join(lines) + "\n"

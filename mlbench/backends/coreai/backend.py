@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 NO_DEVICE = ("Core AI runs on a device only on macOS 27; here Apple's CPU reference runtime gives numerics, and "
              "its time is not latency")
+NOT_TIMED_ON_DEVICE = ("a Core AI generation is not timed on macOS 27 yet: the reference runtime gives its numerics, "
+                       "its time is not latency")
 NO_PLACEMENT = ("Core AI tells no placement off macOS 27 (and no API says where a function ran even there); "
                 "Core ML's placement rules are applied only where every Core AI op maps onto a Core ML op")
 
@@ -49,10 +51,18 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None)
         "model_digest": model.digest,
         "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe},
+        "functions": _functions(model),
         "versions": {"torch": package_version("torch"), "coreai-torch": package_version("coreai-torch"),
                      "coreai-core": package_version("coreai-core"), "coreai-opt": package_version("coreai-opt"),
                      "mlbench": __version__},
     }
+
+
+def _functions(model: LoadedModel) -> list[str]:
+    """The asset's functions as the export lays them out: one per enumerated shape, else ``main``."""
+    from mlbench.backends.coreai.shapes import ENTRYPOINT, enumerated
+
+    return [f"{ENTRYPOINT}_{key}" for key in enumerated(list(model.spec.inputs))] or [ENTRYPOINT]
 
 
 def calibration_inputs(model: LoadedModel, verify_samples: int) -> list[list[Any]]:
@@ -111,6 +121,7 @@ def _on_device() -> bool:
 class CoreaiBackend(Backend):
     name = "coreai"
     cached_export = True
+    generative = True
     target: CoreaiTarget
 
     def _require(self) -> None:
@@ -130,6 +141,8 @@ class CoreaiBackend(Backend):
             return Exported(payload=(path, analysis), info=existing_artifact_info(path, "existing Core AI asset"),
                             details={"coreai_asset": analysis, "export": {"existing": str(path)}})
         recipe = resolve(variant.axis("optimize"), self.config.optimizations)
+        if model.spec.generate is not None:
+            return self._export_generation(model, variant, precision, recipe)
         output_names = [name for name, _ in model.reference]
         calibration = (calibration_inputs(model, self.config.verify.samples)
                        if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
@@ -153,6 +166,36 @@ class CoreaiBackend(Backend):
                    "export": cached.facts("float16_cast", "fallback_reason", "warnings")}
         return Exported(payload=(cached.path, analysis), info=cached.info, details=details)
 
+    def _export_generation(self, model: LoadedModel, variant: Variant, precision: str, recipe: dict | None
+                           ) -> Exported:
+        """A generative model's asset: prefill and decode functions, the KV cache as states (``generate``)."""
+        from mlbench.backends.coreai.analysis import analyse_asset
+        from mlbench.backends.coreai.export import CoreaiExportResult
+        from mlbench.backends.coreai.generate import GENERATE_FORMAT, export_generation
+        from mlbench.generate.eager import causal_lm
+
+        generate = model.spec.generate
+        assert generate is not None
+        if recipe is not None and recipe["kind"] == "linear_quantize_activations":
+            raise VariantSkipped("W8A8 needs calibration inputs of one shape; a generative model's prefill and "
+                                 "decode take two, so it is not applied to one")
+        key = artifact_key_inputs(model, precision, recipe)
+        key["generate"] = {"format": GENERATE_FORMAT, "context": generate.context,
+                           "transformers": package_version("transformers")}
+
+        def export(folder: Path) -> CoreaiExportResult:
+            return export_generation(causal_lm(model.torch_module, model.spec.name), context=generate.context,
+                                     precision=precision, optimization=recipe, dest=folder)
+
+        def own_facts(result: CoreaiExportResult) -> dict[str, Any]:
+            return {"float16_cast": result.float16_cast, "analysis": analyse_asset(result.artifact)}
+
+        cached = build_cached(self.cache, key, export, label=variant.artifact_id, own_facts=own_facts)
+        analysis = dict(cached.meta.get("analysis") or analyse_asset(cached.path), path=str(cached.path))
+        analysis["package_bytes"] = cached.info.size_bytes
+        details = {"coreai_asset": analysis, "export": cached.facts("float16_cast", "warnings")}
+        return Exported(payload=(cached.path, analysis), info=cached.info, details=details)
+
     def measure_times(self, variant: Variant) -> bool:
         return _on_device()  # elsewhere: analysis and reference numerics, which other work cannot disturb
 
@@ -166,20 +209,34 @@ class CoreaiBackend(Backend):
         self._require()
         path, analysis = exported.payload
         metrics = static_metrics(analysis)
+        if model.spec.generate is not None:
+            from mlbench.backends.coreai.generate import measure_generation
+
+            why = NOT_TIMED_ON_DEVICE if _on_device() else NO_DEVICE
+            generated, verify, details, placement = measure_generation(
+                Path(path), analysis, model, variant, self.config, list(self.target.estimate_on), why)
+            metrics.update(generated)
+            return Measurement(metrics=metrics, verify=verify, placement=placement, details=details)
         if _on_device():  # pragma: no cover - macOS 27 only
             from mlbench.backends.coreai.device import measure_on_device
 
-            return measure_on_device(path, model, variant, self.config, metrics)
+            return measure_on_device(path, model, variant, self.config, metrics, self._function(model, variant))
         verification, why_not, details = self._reference(Path(path), model, variant)
         metrics.update(verification_metrics(verification, why_not))
         for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                            ("latency.best", "ms"), ("latency.p90", "ms")):
             metrics[name] = Metric.absent(unit, NO_DEVICE)
-        placement, estimated = self._estimates(Path(path), variant, metrics)
+        placement, estimated = self._estimates(Path(path), variant, metrics, self._function(model, variant))
         details.update(estimated)
         return Measurement(metrics=metrics, verify=verification, placement=placement, details=details)
 
-    def _estimates(self, path: Path, variant: Variant, metrics: dict[str, Metric]
+    def _function(self, model: LoadedModel, variant: Variant) -> str:
+        """The function a variant runs: ``main``, or its enumerated shape's ``main_s<label>`` (``shapes``)."""
+        from mlbench.backends.coreai.shapes import function_for
+
+        return "main" if self.target.package is not None else function_for(list(model.spec.inputs), variant.shape)
+
+    def _estimates(self, path: Path, variant: Variant, metrics: dict[str, Metric], function: str = "main"
                    ) -> tuple[Placement | None, dict[str, Any]]:
         """Core ML's placement rules and cost model applied to the Core AI ops where each maps onto a Core ML op
         (``estimate``): estimated placement, and latency.estimated.<chip> for estimate_on; else absent, why."""
@@ -188,7 +245,7 @@ class CoreaiBackend(Backend):
         from mlbench.backends.coreml.placement import estimate_placement
 
         try:
-            analysis, why_not = walk_function(path)
+            analysis, why_not = walk_function(path, function)
         except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made never fails a measured variant
             analysis, why_not = None, f"the IR walk failed: {one_line(f'{type(exc).__name__}: {exc}')}"
         if analysis is None:
@@ -217,7 +274,7 @@ class CoreaiBackend(Backend):
         samples = [model.sample(index, alternative) for index in range(self.config.verify.samples)]
         feeds = [{name: tensor.detach().cpu().numpy() for name, tensor in zip(model.input_names, inputs)}
                  for inputs, _ in samples]
-        run = run_reference(path, feeds)
+        run = run_reference(path, feeds, function=self._function(model, variant))
         pairs = [(reference, [out.astype("float32") if out.dtype.kind == "f" else out for out in outputs])
                  for (_, reference), outputs in zip(samples, run.outputs)]
         precision, optimize = variant.axis("precision"), variant.axis("optimize")
@@ -225,7 +282,8 @@ class CoreaiBackend(Backend):
                                        min_snr_db=self.config.verify.min_snr_db_for(precision, optimize),
                                        reference_name=REFERENCE, source="reference", method=REFERENCE_NOTE)
         details: dict[str, Any] = {"reference_runtime": {
-            "seconds_per_call": run.seconds, "output_names": run.output_names,
+            "function": self._function(model, variant), "seconds_per_call": run.seconds,
+            "output_names": run.output_names,
             "note": "time of Core AI's single-threaded CPU reference runtime on this machine: not latency",
             **({"exit": run.exit_note} if run.exit_note else {}),
             **({"op_time": run.op_time} if run.op_time else {})}}

@@ -46,7 +46,7 @@ def specialization_options(compute_units: str) -> Any:
 
 
 def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: PipelineConfig,
-                      metrics: dict[str, Metric]) -> Measurement:
+                      metrics: dict[str, Metric], function_name: str = "main") -> Measurement:
     """Load (timed), first call (timed), the latency loop, then verification on the device's outputs."""
     from coreai.authoring import AIModelAsset
     from coreai.runtime import NDArray
@@ -60,7 +60,7 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
     context = AIModelAsset.load(path).executable(specialization_options=options)
     try:
         load_ms, executable = time_once(lambda: loop.run_until_complete(context.__aenter__()))
-        function = executable.load_function("main")
+        function = executable.load_function(function_name)
         desc = function.desc
 
         def feeds(index: int) -> dict[str, Any]:

@@ -125,6 +125,12 @@ def export_coreai(module: torch.nn.Module, example_inputs: list[torch.Tensor], i
                 ai_program = apply(ai_program, optimization)
             except Exception as exc:  # noqa: BLE001
                 raise _fail(f"coreai-opt {optimization.get('kind')}", exc) from None
+        from mlbench.backends.coreai.shapes import specialize
+
+        try:
+            ai_program = specialize(ai_program, inputs)  # enumerated shapes: one static function each
+        except Exception as exc:  # noqa: BLE001
+            raise _fail("AIProgram.set_static_shape_config (enumerated shapes)", exc) from None
         artifact = Path(dest) / ASSET_NAME
         try:
             Path(dest).mkdir(parents=True, exist_ok=True)

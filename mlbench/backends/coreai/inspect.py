@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(analysis, indent=2))
         return 0
-    print(render_asset_markdown(analysis, title=str(args.path), max_ops=args.max_layers))
+    print(render_asset_markdown(analysis, title=str(args.path), max_layers=args.max_layers))
     return 0

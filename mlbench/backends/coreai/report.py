@@ -35,9 +35,16 @@ def render_assets(records: list[RunRecord], artifacts: dict[str, dict]) -> list[
         for record, key, asset in assets:
             title = f"Core AI asset of {record.artifact_id} (artifact {key[:12]})"
             lines += [f"<details><summary>{title}</summary>", "",
-                      render_asset_markdown(asset, title=title, max_ops=12), "</details>", ""]
+                      render_asset_markdown(asset, title=title, max_ops=12, max_layers=40), "</details>", ""]
     for record in records:
         run = record.details.get("reference_runtime") if record.status == "ok" else None
+        by_function = (run or {}).get("seconds_by_function")
+        if by_function:  # a generation: prefill once, then each decode step
+            times = ", ".join(f"{md_code(name)} {1000 * min(seconds):.1f} ms" + (" per step" if name == "decode" else "")
+                              for name, seconds in by_function.items() if seconds)
+            lines.append(f"Reference runtime, {md_code(record.variant_id)}: {times} at best — Core AI's single-threaded "
+                         "CPU reference runtime, not device latency.\n")
+            continue
         if run and run.get("seconds_per_call"):
             seconds = run["seconds_per_call"]
             ops = (run.get("op_time") or {}).get("by_op", [])[:3]

@@ -72,6 +72,7 @@ def static_metrics(analysis: ProgramAnalysis) -> dict[str, Metric]:
 class CoremlBackend(Backend):
     name = "coreml"
     cached_export = True
+    generative = True  # a generate: model takes generate_backend's path (state, prefill and decode functions)
     target: CoremlTarget
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
@@ -83,6 +84,10 @@ class CoremlBackend(Backend):
         precision = variant.axis("precision")
         if self.target.package is not None:
             return self._existing(self.resolve(self.target.package), precision)
+        if model.spec.generate is not None:
+            from mlbench.backends.coreml.generate_backend import export_generative
+
+            return export_generative(self, model, variant, artifact_key_inputs)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
         deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
                                                     enumerated_inputs=model.spec.enumerated_inputs)
@@ -123,6 +128,8 @@ class CoremlBackend(Backend):
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         if sys.platform != "darwin":
             raise VariantSkipped(_not_macos())
+        if model.spec.generate is not None:
+            raise VariantSkipped("a generative Core ML variant is timed as prefill and decode steps, not as one call")
         from mlbench.backends.coreml.runtime import prediction_timer
 
         return prediction_timer(exported.payload, model, variant)
@@ -143,6 +150,11 @@ class CoremlBackend(Backend):
         return Exported(payload=CoremlArtifact(path, analysis), info=info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        if model.spec.generate is not None:
+            from mlbench.backends.coreml.generate_backend import measure_generative
+
+            return measure_generative(self, model, exported, variant, placement_for=placement_for,
+                                      static_metrics=static_metrics, not_macos=_not_macos())
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
         compute_units = variant.axis("compute_units")

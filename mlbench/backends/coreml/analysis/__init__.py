@@ -41,8 +41,9 @@ __all__ = [
 ]
 
 
-def analyse_package(path: str | Path) -> ProgramAnalysis:
-    """Analyse a saved Core ML model (``.mlpackage`` directory or ``.mlmodel`` file).
+def analyse_package(path: str | Path, function: str | None = None) -> ProgramAnalysis:
+    """Analyse a saved Core ML model (``.mlpackage`` directory or ``.mlmodel`` file); ``function``: which
+    function of a multifunction ML program (default: its default function).
 
     Raises ``UserError`` (one line, ``file=path``) when the path does not exist, is not a
     Core ML model, or is corrupt.
@@ -55,7 +56,7 @@ def analyse_package(path: str | Path) -> ProgramAnalysis:
     blobs = BlobReader(model_dir, path)
     try:
         if model_type == "mlProgram":
-            details = analyse_program(spec, blobs, notes)
+            details = analyse_program(spec, blobs, notes, function)
         elif model_type in NEURAL_NETWORK_TYPES:
             details = analyse_neural_network(spec, model_type, notes)
         else:

@@ -89,12 +89,16 @@ def op_macs(op_type: str, op: Any, prog: Program, out_shape: list[int | None] | 
     return None
 
 
-def analyse_program(spec: Any, blobs: BlobReader, notes: list[str]) -> dict[str, Any]:
+def analyse_program(spec: Any, blobs: BlobReader, notes: list[str], function_name: str | None = None) -> dict[str, Any]:
     program = spec.mlProgram
     functions = list(program.functions.keys())
     if not functions:
         raise UserError("corrupt Core ML model: the ML program has no functions", file=blobs.origin)
-    fname = spec.description.defaultFunctionName or ("main" if "main" in program.functions else functions[0])
+    if function_name is not None and function_name not in program.functions:
+        raise UserError(f"the ML program has no function '{function_name}' (it has {', '.join(functions)})",
+                        file=blobs.origin)
+    fname = function_name or spec.description.defaultFunctionName or ("main" if "main" in program.functions
+                                                                      else functions[0])
     if fname not in program.functions:
         fname = functions[0]
     function = program.functions[fname]

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from mlbench.backends.coreml.emulate.kernels import supported_op_types
+from mlbench.backends.coreml.emulate.kernels_state import EmulatedState, make_state
 from mlbench.backends.coreml.emulate.precision import PRECISIONS, from_numpy, store, to_numpy
 from mlbench.backends.coreml.emulate.program import Block, Op, Program, TypeInfo
 from mlbench.backends.coreml.emulate.registry import KERNELS, Kernel
@@ -102,8 +103,14 @@ class Emulator:
 
     # ------------------------------------------------------------------ running
 
-    def run(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        env = self._run_env(inputs)
+    def make_state(self) -> EmulatedState:
+        """Zeroed state cells for this program's ``ct.StateType`` inputs (``MLModel.make_state()``'s analogue)."""
+        return make_state(self.program, self.precision)
+
+    def run(self, inputs: dict[str, np.ndarray], state: EmulatedState | None = None) -> dict[str, np.ndarray]:
+        """One call. A stateful program reads and writes ``state`` (made by ``make_state``; a fresh zeroed
+        one if not given, as for a program without state)."""
+        env = self._run_env(inputs, state)
         main = self.program.main
         names = self.program.output_names if len(self.program.output_names) == len(main.outputs) else main.outputs
         return {
@@ -118,8 +125,13 @@ class Emulator:
         return {name: to_numpy(env[name], self.types[name].dtype if name in self.types else None)
                 for name in names if name in env and isinstance(env[name], torch.Tensor)}
 
-    def _run_env(self, inputs: dict[str, np.ndarray]) -> dict[str, Any]:
+    def _run_env(self, inputs: dict[str, np.ndarray], state: EmulatedState | None = None) -> dict[str, Any]:
         env: dict[str, Any] = dict(self.constants)
+        state = state if state is not None else self.make_state()
+        for name, _info in self.program.states:
+            if name not in state:
+                raise ValueError(f"the state passed has no {name!r} (it has {', '.join(state) or 'none'})")
+            env[name] = state[name]
         expected = self.program.input_names
         unknown = sorted(set(inputs) - set(expected))
         missing = [n for n in expected if n not in inputs]
@@ -128,6 +140,8 @@ class Emulator:
                              + (f"; missing {', '.join(missing)}" if missing else "")
                              + (f"; unknown {', '.join(unknown)}" if unknown else ""))
         for name, info in self.program.inputs:
+            if info.kind == "state":
+                continue
             array = np.asarray(inputs[name])
             if info.shape is not None and None not in info.shape and tuple(array.shape) != info.shape:
                 raise ValueError(f"input {name!r} has shape {list(array.shape)}, the program declares {list(info.shape)}")

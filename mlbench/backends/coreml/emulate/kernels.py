@@ -9,6 +9,7 @@ import mlbench.backends.coreml.emulate.kernels_indexing
 import mlbench.backends.coreml.emulate.kernels_list
 import mlbench.backends.coreml.emulate.kernels_nn
 import mlbench.backends.coreml.emulate.kernels_recurrent
+import mlbench.backends.coreml.emulate.kernels_state
 import mlbench.backends.coreml.emulate.kernels_tensor  # noqa: F401
 from mlbench.backends.coreml.emulate.registry import CONTROL_FLOW_OPS, KERNELS
 

@@ -62,6 +62,8 @@ def flatten2d(x, axis=1, **_):
 @kernel("concat", variadic=("values",))
 def concat(values, axis, interleave=False, **_):
     axis = as_int(axis)
+    # coremltools builds shapes by concatenating scalars (e.g. a gathered dimension) into a vector
+    values = [v.reshape(1) if isinstance(v, torch.Tensor) and v.dim() == 0 else v for v in values]
     if as_bool(interleave):
         stacked = torch.stack(values, dim=(axis % values[0].dim()) + 1)
         shape = list(values[0].shape)
@@ -89,10 +91,14 @@ def _slice_axes(x, begin, end, stride, begin_mask, end_mask, squeeze_mask):
     stride = as_ints(stride) if stride is not None else [1] * rank
     masks = [[as_bool(v) for v in m.reshape(-1)] if m is not None else [False] * rank
              for m in (begin_mask, end_mask, squeeze_mask)]
-    return [
-        (slice(None if masks[0][i] else begin[i], None if masks[1][i] else end[i], stride[i]), masks[2][i])
-        for i in range(rank)
-    ]
+    axes = []
+    for i in range(rank):
+        if masks[2][i]:  # squeezed: the one element at begin (MIL ignores end and the masks there)
+            b = begin[i] % x.shape[i] if x.shape[i] else 0
+            axes.append((slice(b, b + 1, 1), True))
+        else:
+            axes.append((slice(None if masks[0][i] else begin[i], None if masks[1][i] else end[i], stride[i]), False))
+    return axes
 
 
 def _take(x, axis: int, sl: slice):

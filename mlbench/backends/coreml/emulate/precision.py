@@ -75,7 +75,8 @@ def from_numpy(array: np.ndarray) -> torch.Tensor:
         array = array.astype(np.int32)
     elif array.dtype in (np.uint32, np.uint64):
         array = array.astype(np.int64)
-    return torch.from_numpy(np.ascontiguousarray(array))
+    # np.ascontiguousarray makes a 0-d array 1-d: keep the declared rank (a scalar const stays a scalar)
+    return torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))
 
 
 def to_numpy(value: Any, dtype: str | None) -> np.ndarray:

@@ -22,7 +22,7 @@ import numpy as np
 
 from mlbench.backends.coreml.emulate.blobs import SUB_BYTE_BITS, BlobFile, CorruptPackage, unpack_bits
 
-__all__ = ["Arg", "Block", "Op", "Program", "TypeInfo", "load_program", "normalise_op_type"]
+__all__ = ["Arg", "Block", "Op", "Program", "TypeInfo", "function_names", "load_program", "normalise_op_type"]
 
 # MIL DataType enum (coremltools/proto/MIL_pb2.py) -> name.
 MIL_DTYPES: dict[int, str] = {
@@ -86,10 +86,17 @@ class Program:
     output_names: list[str]  # the model's declared output names, in order
     spec_version: int
     opset: str
+    function: str = "main"  # the function of a multifunction program this one runs
 
     @property
     def input_names(self) -> list[str]:
-        return [name for name, _ in self.inputs]
+        """The inputs a call passes (state inputs are held by a state object, not passed)."""
+        return [name for name, info in self.inputs if info.kind != "state"]
+
+    @property
+    def states(self) -> list[tuple[str, TypeInfo]]:
+        """The state inputs (``ct.StateType``: iOS18 stateful programs), in order."""
+        return [(name, info) for name, info in self.inputs if info.kind == "state"]
 
     def op_types(self) -> list[str]:
         """Every op type (normalised) in program order, nested blocks included."""
@@ -222,8 +229,9 @@ def _spec_file(path: Path) -> tuple[Path, Path | None]:
     return path, None
 
 
-def load_program(path: str | Path) -> Program:
-    """Read the ``main`` function of the ML program saved at ``path``."""
+def load_program(path: str | Path, function: str | None = None) -> Program:
+    """Read one function of the ML program saved at ``path``: ``function`` by name, else the default
+    function (``main``, or a multifunction package's declared default)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(path)
@@ -235,17 +243,26 @@ def load_program(path: str | Path) -> Program:
     spec_file, weights_root = _spec_file(path)
     spec = Model_pb2.Model()
     spec.ParseFromString(spec_file.read_bytes())
-    return program_from_spec(spec, weights_root, path)
+    return program_from_spec(spec, weights_root, path, function)
 
 
-def program_from_spec(spec: Any, weights_root: Path | None, path: Path) -> Program:
-    """The ``main`` function of an ML program spec already in memory (``@model_path`` weights are relative
-    to ``weights_root``); ``path`` names it in messages."""
+def function_names(spec: Any) -> list[str]:
+    """The functions of an ML program spec, in the spec's order."""
+    return list(spec.mlProgram.functions.keys())
+
+
+def program_from_spec(spec: Any, weights_root: Path | None, path: Path, name: str | None = None) -> Program:
+    """One function (``name``, else the default) of an ML program spec already in memory (``@model_path``
+    weights are relative to ``weights_root``); ``path`` names it in messages."""
     if spec.WhichOneof("Type") != "mlProgram":
         raise ValueError(f"{path} is not an ML program (it holds a {spec.WhichOneof('Type')})")
-    function = spec.mlProgram.functions.get("main")
+    name = name or spec.description.defaultFunctionName or "main"
+    function = spec.mlProgram.functions.get(name)
     if function is None:
-        raise CorruptPackage(f"{path}: the ML program has no main function")
+        known = ", ".join(function_names(spec)) or "none"
+        raise CorruptPackage(f"{path}: the ML program has no function {name!r} (it has {known})")
+    described = [f for f in spec.description.functions if f.name == name]
+    declared = described[0].output if described else spec.description.output
     opset = function.opset or next(iter(function.block_specializations))
     reader = _ValueReader(weights_root)
     main = _load_block(function.block_specializations[opset], reader)
@@ -253,7 +270,8 @@ def program_from_spec(spec: Any, weights_root: Path | None, path: Path) -> Progr
         path=path,
         main=main,
         inputs=[(i.name, _type_info(i.type)) for i in function.inputs],
-        output_names=[o.name for o in spec.description.output] or list(main.outputs),
+        output_names=[o.name for o in declared] or list(main.outputs),
         spec_version=int(spec.specificationVersion),
         opset=opset,
+        function=name,
     )
