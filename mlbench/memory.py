@@ -251,10 +251,14 @@ def absent_memory(reason: str) -> dict[str, Metric]:
     return {name: Metric.absent("bytes", reason) for name in ("memory.load", "memory.peak")}
 
 
-def peak_of_process(pid: int) -> int | None:
-    """Another process's peak resident memory in bytes (Linux: its VmHWM, since its last reset), or None
-    where it cannot be read (gone, or not Linux)."""
+def own_peak() -> int | None:
+    """This process's peak resident memory in bytes, without resetting it (Linux: VmHWM since the last reset;
+    macOS: the footprint's lifetime peak), or None where it cannot be read."""
     try:
-        return _status_kib(Path(f"/proc/{pid}/status").read_text(), "VmHWM")
-    except (OSError, ValueError):
+        if sys.platform.startswith("linux"):
+            return _status_kib(STATUS.read_text(), "VmHWM")
+        if sys.platform == "darwin":
+            return MacProbe().peak()
+    except (OSError, ValueError, AttributeError):
         return None
+    return None

@@ -73,7 +73,7 @@ _CORE: tuple[MetricInfo, ...] = (
                describe="resident memory at the predictions' peak, above the level before loading (‡: in the "
                "vendor's reference runtime on this machine's CPU, not a device)", noise_floor=(0.05, 4e6)),
     MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6)),
-    MetricInfo("memory.estimated", "bytes", "memory", "lower", column=True,
+    MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=True,
                describe="weights as stored + the largest sum of live activations in program order, at the variant's "
                "precision and shape (no buffer reuse beyond liveness; the runtime's own workspace left out)"),
 )

@@ -204,3 +204,24 @@ def test_measured_peak_grows_with_the_batch(tmp_path, target):
         assert load.value is None and load.reason.startswith("eager: the module was built by its model source")
     else:
         assert load.source == "measured" and load.value >= 0
+
+
+def test_the_memory_limits_message_gives_the_peak_the_child_saw():
+    from mlbench.run.limits import ChildLimits, out_of_memory
+
+    limits = ChildLimits(memory_gb=2)
+    error = "measure: RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory"
+    assert out_of_memory(error, limits, 1_234_000_000) == (
+        "out of memory: over the limit of 2 GB (limits.memory_gb, peak resident memory seen 1.2 GB); " + error)
+    assert out_of_memory(error, limits) == f"out of memory: over the limit of 2 GB (limits.memory_gb); {error}"
+    assert out_of_memory("measure: ValueError: no", limits, 10) is None
+
+
+@linux
+def test_a_child_reports_its_own_peak_beside_a_failure():
+    from mlbench.memory import own_peak
+    from mlbench.run.child import _peak_if
+
+    assert _peak_if(None) is None
+    peak = _peak_if("measure: MemoryError")
+    assert peak is not None and peak >= 10 * 2**20 and own_peak() >= peak
