@@ -68,7 +68,7 @@ def test_flexible_shapes_are_estimated_at_the_largest_allowed_shape(tmp_path):
 
 def test_an_unbounded_range_has_no_estimate_and_says_which_input(tmp_path):
     from mlbench.backends.coreml.analysis.flexible_memory import candidate_shapes
-    from mlbench.backends.coreml.analysis.memory import NotEstimable
+    from mlbench.backends.coreml.analysis.liveness import NotEstimable
 
     model, _path = _convert(tmp_path, "ranged", (1, 3, ct.RangeDim(8, 64, default=32), 32), ct.precision.FLOAT32)
     spec = model.get_spec()

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.base import REFERENCE, CallTimer, Measurement, VariantSkipped, runtime_metrics
-from mlbench.records import Metric
 from mlbench.memory import MemoryMeter
+from mlbench.records import Metric
 from mlbench.timing import time_calls, time_once
 
 if TYPE_CHECKING:

@@ -28,7 +28,6 @@ from mlbench.memory import MemoryMeter, absent_memory
 from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.timing import time_calls, time_once
 
-
 EAGER_LOAD = ("eager: the module was built by its model source before the measurement (its weights are size.weights); "
               "memory.peak counts what its predictions add")
 

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends.coreml.analysis.memory import FunctionPeak, NotEstimable, _opset, function_values, peak_of
+from mlbench.backends.coreml.analysis.liveness import FunctionPeak, NotEstimable, function_values, opset_of, peak_of
 from mlbench.backends.coreml.analysis.mil import _MIL_DTYPES, tensor_info
 
 MAX_ENUMERATED = 8
@@ -78,7 +78,7 @@ def largest_shape_peaks(path: Path, spec: Any) -> tuple[list[FunctionPeak], str]
     except (UnsupportedOps, EmulationError, ValueError) as exc:
         raise NotEstimable(f"flexible shapes are sized by running the program, which failed: {exc}") from None
     types: dict[str, Any] = {nv.name: nv.type for nv in function.inputs}
-    block = function.block_specializations[_opset(function)]
+    block = function.block_specializations[opset_of(function)]
     for op in block.operations:
         for out in op.outputs:
             types[out.name] = out.type
@@ -99,7 +99,7 @@ def largest_shape_peaks(path: Path, spec: Any) -> tuple[list[FunctionPeak], str]
                 raise NotEstimable(f"the value {name} was not computed at the largest shape")
             return (elements[name] * bits + 7) // 8
 
-        values, op_names = function_values(function, _opset(function), size)
+        values, op_names = function_values(function, opset_of(function), size)
         peak = peak_of(values, op_names, "main")
         if best is None or peak.bytes > best[0].bytes:
             best = (peak, shapes)
