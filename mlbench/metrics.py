@@ -38,6 +38,9 @@ class MetricInfo:
     """Reports give it a column of its own wherever a model's records carry it (a family's metrics)."""
     describe: str = ""
     """One line on what it is, for the notes under a report's table (a family's metrics)."""
+    noise_floor: tuple[float, float] | None = None
+    """(relative, absolute in the unit): a change within the larger of the two (relative × base) is noise (an
+    allocator's), never counted by a compare rule."""
 
     @property
     def is_fraction(self) -> bool:
@@ -73,6 +76,14 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("memory.kv_cache", "bytes", "KV cache", "lower", compared=True),
     MetricInfo("verify.token_agreement", "ratio", "token agreement", "higher", compared=True),
     MetricInfo("verify.logits_max_rel", "rel", "logits max_rel", "lower", compared=True),
+    # memory (mlbench/memory.py measures; Core ML's estimate: backends/coreml/analysis/memory.py)
+    MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=True,
+               describe="resident memory at the predictions' peak, above the level before loading (‡: in the "
+               "vendor's reference runtime on this machine's CPU, not a device)", noise_floor=(0.05, 4e6)),
+    MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6)),
+    MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=True,
+               describe="weights as stored + the largest sum of live activations in program order, at the variant's "
+               "precision and shape (no buffer reuse beyond liveness; the runtime's own workspace left out)"),
 )
 
 

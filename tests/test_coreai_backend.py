@@ -82,6 +82,10 @@ def test_float32_asset_is_verified_by_the_reference_runtime_within_1e_5(tiny_run
     assert op_time["source"] == "reference" and op_time["runs"] == 2
     conv = next(row for row in op_time["by_op"] if row["op"] == "coreai.conv2d")
     assert conv["calls_per_run"] == 3 and 0 < conv["ms_per_run"] < op_time["execute_ms_per_run"]
+    # memory in the reference runtime's own process: labelled reference, never a device's
+    for name in ("memory.load", "memory.peak"):
+        assert record.metrics[name].source == "reference" and record.metrics[name].value > 0, name
+    assert record.details["reference_runtime"]["memory"]["method"].startswith("linux VmHWM")
 
 
 def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):

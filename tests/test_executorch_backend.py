@@ -116,6 +116,8 @@ def test_measured_latency_verification_size_and_planned_memory(et_run):
         assert record.metrics["size.package"].value == record.artifact.size_bytes  # the .pte, not the sidecars
         assert _sidecars(record) > 0
         assert record.metrics["memory.planned"].value > 0
+        assert record.metrics["memory.peak"].source == "measured" and record.metrics["memory.peak"].value >= 0
+        assert record.metrics["memory.load"].source == "measured" and record.metrics["memory.load"].value > 0
     assert et_records(report)["xnnpack/float32/none"].verify.max_rel < 1e-5
     assert et_records(report)["portable/float32/none"].placement.by_count == {"cpu": 1.0}
 

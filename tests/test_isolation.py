@@ -5,6 +5,7 @@ cause on one line, and the report and the journal are complete."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -54,8 +55,8 @@ report: {{dir: out}}
 history: {{enabled: false}}
 """
 
-MEMORY = ("out of memory: over the limit of 3 GB (limits.memory_gb); {stage}: RuntimeError: [enforce fail at "
-          "alloc_cpu.cpp:")
+MEMORY = "out of memory: over the limit of 3 GB (limits.memory_gb, peak resident memory seen "
+MEMORY_TAIL = r"\d+\.\d [kMG]B\); {stage}: RuntimeError: \[enforce fail at alloc_cpu\.cpp:"
 EXPECTED = {
     "good/torch/cpu/float32": ("ok", None),
     "good/onnxruntime/float32/cpu": ("ok", None),
@@ -97,6 +98,8 @@ def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, c
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 1  # finished, with failed variants
     assert capsys.readouterr().err.endswith(f"2 ok, 7 failed; reports in {tmp_path / 'out'}\n")
     check(_report(tmp_path), tmp_path)
+    hog = outcomes(_report(tmp_path))["hog/torch/cpu/float32"][1]
+    assert re.match(re.escape(MEMORY) + MEMORY_TAIL.format(stage="measure"), hog), hog  # the peak the child saw
     noisy = outcomes(_report(tmp_path))["noisy/torch/cpu/float32"][1]
     assert noisy == "measure: ValueError: first line | with a pipe"  # one line, never the second
     markdown = (tmp_path / "out" / "report.md").read_text()

@@ -70,6 +70,9 @@ def test_float32_is_measured_verified_and_placed_on_xnnpack(tiny_run):
     delegated = record.metrics["delegated.xnnpack"]
     assert (delegated.value, delegated.unit, delegated.source) == (1.0, "ratio", "measured")
     assert record.metrics["placement.cpu"].value is None  # no cost per operation: absent, with the reason
+    for name in ("memory.load", "memory.peak"):  # the interpreter's, outside the timed loop
+        assert record.metrics[name].source == "measured" and record.metrics[name].value >= 0, name
+    assert record.details["memory"]["method"].startswith("linux VmHWM")
     # NCHW in: the converter keeps the module's layout and puts the TRANSPOSEs to NHWC inside the graph
     ops = record.details["tflite_ops"]
     assert ops["CONV_2D"] == 3 and ops["TRANSPOSE"] >= 1 and ops["FULLY_CONNECTED"] == 1

@@ -247,6 +247,19 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
     return 0
 
 
+def _noise_floor(rule: Rule, d: MetricDelta) -> str | None:
+    """The catalog's noise floor, in words, when a change rule's change lies within it (an allocator's noise);
+    None when the change is past it, or the metric has none."""
+    known = info(rule.metric)
+    if (known is None or known.noise_floor is None or rule.kind in ("above", "below") or d.base is None
+            or d.head is None):
+        return None
+    relative, absolute = known.noise_floor
+    if abs(d.head - d.base) > max(relative * abs(d.base), absolute):
+        return None
+    return f"max({relative * 100:g}%, {format_value(absolute, d.unit)})"
+
+
 def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -> bool:
     """Does the whole interval of head/base lie past the rule's threshold, on the crossing's side?"""
     low, high = ((value - 1) * 100 * rule.direction for value in interval)
@@ -257,6 +270,11 @@ def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -
 def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str]) -> None:
     crossing = _crossing(rule, d)
     if not crossing:
+        return
+    floor = _noise_floor(rule, d)
+    if floor is not None:
+        held_back.append(f"{rule.text}: {format_value(d.base, d.unit)} → {format_value(d.head, d.unit)}, within "
+                         f"{rule.metric}'s noise floor ({floor})")
         return
     kind = "regression" if crossing > 0 else "improvement"
     mark = estimate_mark  # estimates say so

@@ -26,6 +26,7 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
     placement_chart,
 )
 from mlbench.report.html_charts import value_of as _value
+from mlbench.report.html_memory import memory_section
 from mlbench.report.html_trend import trend_chart
 from mlbench.report.markdown import fmt_metric, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
@@ -110,6 +111,8 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     body += generation_html(report.records)
     body.append("<h2>Placement per variant</h2>")
     body.append(placement_chart(report.records))
+    body.append("<h2>Memory and latency per model</h2>")
+    body += memory_section(report.records)
 
     series: dict[str, list] = {}
     for variant_id, points in (trends or {}).items():

@@ -100,7 +100,7 @@ def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
     """An extra column's figure (`≈` when estimated), with measured ÷ estimated where this machine
     measured what the estimate predicts."""
     metric = record.metrics.get(column.name)
-    text = fmt_metric(metric)
+    text = fmt_metric(metric) if column.unit == "ms" else fmt_metric(metric, column.format)  # bytes: 44.7 MB
     if metric is not None and metric.value and metric.measured_as:
         measured = record.metrics.get(metric.measured_as)
         if measured is not None and measured.value is not None and measured.source == "measured":

@@ -9,16 +9,18 @@ to a descriptor it does not own fail the work in hand, never the sweep), one req
 after the child says ("ready",) once its imports are done (so no time limit pays for them):
 
     → ("export", WorkSpec, Variant, threads | None)   ← ("stage", subject, "load" | "export")*, then
-                                                         ("done", ExportOutcome, stage_seconds)
+                                                         ("done", ExportOutcome, stage_seconds, peak)
     → ("measure", WorkSpec, [Variant], failure | None, threads | None)
                                                        ← ("stage", subject, stage)* interleaved with
-                                                         ("finished", record JSON, artifact)*, then
+                                                         ("finished", record JSON, artifact, peak)*, then
                                                          ("done", None, stage_seconds)
     → ("counts", WorkSpec, {model})                 ← ("stage", model, "load")* (each model as it is built),
                                                          ("done", {model: size}, {})  (export order)
     → ("exit",)
     ← ("error", message) when a request itself fails; ← ("interrupted",) on KeyboardInterrupt;
     ← ("log", logger, level, text) at any time: mlbench's warnings, said again by the coordinator.
+peak: beside a failure, the child's peak resident memory in bytes (`memory.own_peak`; None otherwise), which
+the message of a failure over `limits.memory_gb` gives.
 
 A measurement runs exactly as it would in the coordinator: the same `run_group`, the same timing
 loop, one variant at a time; the parent only waits on the pipe meanwhile (no polling here).
@@ -96,7 +98,7 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
     if kind == "export":
         _, spec, variant, threads = message
         outcome = export_task(spec, variant, threads, lambda subject, name: conn.send(("stage", subject, name)))
-        conn.send(("done", outcome, _take_seconds(worker_context(spec))))
+        conn.send(("done", outcome, _take_seconds(worker_context(spec)), _peak_if(outcome.failure)))
     elif kind == "measure":
         from mlbench.run.threads import limited_threads
 
@@ -108,7 +110,8 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
 
         with limited_threads(threads):
             for finished in run_group(ctx, group, stage, export_failure=failure):
-                conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact))
+                conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact,
+                           _peak_if(finished.record.error)))
         conn.send(("done", None, _take_seconds(ctx)))
     elif kind == "counts":  # builds the user's models on the meta device: here, never in the coordinator
         from mlbench.run.schedule import model_sizes
@@ -119,6 +122,13 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
         conn.send(("done", sizes, {}))
     else:
         raise ValueError(f"unknown request {kind!r}")
+
+
+def _peak_if(error: str | None) -> int | None:
+    """This process's peak resident memory beside a failure (the limit's message gives it), else None."""
+    from mlbench.memory import own_peak
+
+    return own_peak() if error else None
 
 
 def _take_seconds(ctx: Any) -> dict[str, float]:

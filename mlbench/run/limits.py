@@ -69,8 +69,13 @@ def memory_note(limits: ChildLimits, returncode: int | None) -> str:
     return f", under a memory limit of {limits.memory_gb:g} GB (limits.memory_gb)"
 
 
-def out_of_memory(error: str | None, limits: ChildLimits) -> str | None:
-    """`error` said again as running out of memory when it is one and a memory limit was set, else None."""
+def out_of_memory(error: str | None, limits: ChildLimits, peak_bytes: int | None = None) -> str | None:
+    """`error` said again as running out of memory when it is one and a memory limit was set, else None;
+    with the child's peak resident memory where it could be read (`peak_bytes`: the limit counts what it
+    allocated, RLIMIT_DATA, more than it touched)."""
     if error is None or limits.memory_gb is None or not _OUT_OF_MEMORY.search(error):
         return None
-    return f"out of memory: over the limit of {limits.memory_gb:g} GB (limits.memory_gb); {error}"
+    from mlbench.units import format_size
+
+    seen = f", peak resident memory seen {format_size(peak_bytes)}" if peak_bytes is not None else ""
+    return f"out of memory: over the limit of {limits.memory_gb:g} GB (limits.memory_gb{seen}); {error}"

@@ -52,6 +52,11 @@ def _died(child: Child, died: ChildDied, doing: str, limits: ChildLimits) -> str
     return child.cause(died, doing) + ("" if died.garbled else memory_note(limits, child.process.returncode))
 
 
+def _peak(message: tuple[Any, ...], index: int) -> int | None:
+    """The peak resident memory a child sent beside a failure (`message[index]`, where present)."""
+    return message[index] if len(message) > index else None
+
+
 def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: float,
         limit: str = "mlbench's own limit for it") -> Any:
     """One short request answered by ("done", result, ...) in a child of `pool`; None if the child
@@ -140,7 +145,7 @@ def _export_reply(message: tuple[Any, ...], variant: Any, limits: ChildLimits,
         return ExportOutcome(variant.id, failure=f"the export process failed: {message[1]}")
     outcome: ExportOutcome = message[1]
     _add(seconds, message[2])
-    oom = out_of_memory(outcome.failure, limits)
+    oom = out_of_memory(outcome.failure, limits, _peak(message, 3))
     return ExportOutcome(outcome.variant_id, failure=oom, built_key=outcome.built_key) if oom else outcome
 
 
@@ -193,7 +198,7 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
                             on_started(current)
                 elif kind == "finished":
                     record = RunRecord.model_validate(message[1])
-                    oom = out_of_memory(record.error, limits)
+                    oom = out_of_memory(record.error, limits, _peak(message, 3))
                     if oom:
                         record.error = oom
                     remaining = [v for v in remaining if v.id != record.variant_id]

@@ -109,6 +109,15 @@ def verification_metrics(verification: Verification | None, reason: str | None) 
     return metrics
 
 
+def reference_memory(measured: dict[str, Any] | None, why_not: str | None) -> dict[str, Metric]:
+    """memory.load and memory.peak of Core AI's reference runtime (source "reference": its process on this
+    machine's CPU, not a device's memory); absent with the reason where it did not run."""
+    if measured:
+        return {name: Metric.model_validate(value) for name, value in measured.items()}
+    reason = f"the reference runtime did not run: {why_not}" if why_not else "the reference runtime reported none"
+    return {name: Metric.absent("bytes", reason) for name in ("memory.load", "memory.peak")}
+
+
 def _on_device() -> bool:
     """Whether Core AI runs on this machine's devices (macOS 27 on Apple silicon)."""
     if sys.platform != "darwin":
@@ -223,6 +232,7 @@ class CoreaiBackend(Backend):
             return measure_on_device(path, model, variant, self.config, metrics, self._function(model, variant))
         verification, why_not, details = self._reference(Path(path), model, variant)
         metrics.update(verification_metrics(verification, why_not))
+        metrics.update(reference_memory(details.pop("memory", None), why_not))
         for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                            ("latency.best", "ms"), ("latency.p90", "ms")):
             metrics[name] = Metric.absent(unit, NO_DEVICE)
@@ -287,4 +297,7 @@ class CoreaiBackend(Backend):
             "note": "time of Core AI's single-threaded CPU reference runtime on this machine: not latency",
             **({"exit": run.exit_note} if run.exit_note else {}),
             **({"op_time": run.op_time} if run.op_time else {})}}
+        if run.memory:  # the reference runtime's process, not a device's: source "reference"
+            details["memory"] = run.memory["metrics"]
+            details["reference_runtime"]["memory"] = run.memory["facts"]
         return verification, None, details

@@ -51,6 +51,7 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
     from coreai.authoring import AIModelAsset
     from coreai.runtime import NDArray
 
+    from mlbench.memory import MemoryMeter
     from mlbench.timing import time_calls, time_once
     from mlbench.verify import compare_samples
 
@@ -58,6 +59,7 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
     options = specialization_options(variant.axis("compute_units"))
     alternative = model.alternative(variant.shape)
     context = AIModelAsset.load(path).executable(specialization_options=options)
+    meter = MemoryMeter.start()  # macOS: the task's phys_footprint, what jetsam judges
     try:
         load_ms, executable = time_once(lambda: loop.run_until_complete(context.__aenter__()))
         function = executable.load_function(function_name)
@@ -72,10 +74,12 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
             return [result[name].numpy().astype("float32") for name in desc.output_names]
 
         feed = feeds(0)
+        meter.loaded()
         first_ms, first = time_once(lambda: loop.run_until_complete(function(feed)))
         settings = config.latency
         latency = time_calls(lambda: loop.run_until_complete(function(feed)), warmup=settings.warmup,
                              repeats=settings.repeats, min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
+        metrics.update(meter.metrics())
         pairs = [(model.sample(0, alternative)[1], outputs(first))]
         for index in range(1, config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], outputs(loop.run_until_complete(function(feeds(index))))))
@@ -88,5 +92,5 @@ def measure_on_device(path: Path, model: LoadedModel, variant: Variant, config: 
                               reference_name=REFERENCE, method=DEVICE_NOTE) if model.has_source else None)
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     details = {"session": {"compute_units": variant.axis("compute_units"), "options": str(options)},
-               "placement": {"absent": NO_PLAN}}
+               "placement": {"absent": NO_PLAN}, "memory": meter.facts()}
     return Measurement(metrics=metrics, latency=latency, verify=verify, details=details)

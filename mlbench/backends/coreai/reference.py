@@ -44,6 +44,7 @@ class ReferenceRun:
     op_time: dict[str, Any] | None = None  # the runtime's Profiler intervals per op (reference-runtime time)
     states: dict[str, np.ndarray] = field(default_factory=dict)  # each state's value after the last call
     log: list[str] = field(default_factory=list)
+    memory: dict[str, Any] = field(default_factory=dict)  # memory.load/.peak in the reference runtime's process
 
 
 def _env() -> dict[str, str]:
@@ -120,7 +121,8 @@ def run_reference(asset: Path, feeds: list[dict[str, np.ndarray]], *, function: 
             note = (f"the reference runtime's process {_exit_cause(done.returncode)} after handing over its results "
                     "(Core AI may abort at interpreter exit); the results stand")
         return ReferenceRun(outputs=outputs, output_names=result["output_names"], seconds=result["seconds"],
-                            exit_note=note, log=log[-20:], op_time=op_time_table(result), states=finals)
+                            exit_note=note, log=log[-20:], op_time=op_time_table(result), states=finals,
+                            memory=result.get("memory") or {})
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

@@ -84,16 +84,20 @@ async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
     from coreai.authoring import AIModelAsset
     from coreai.runtime import NDArray, Profiler
 
+    from mlbench.memory import MemoryMeter
+
     samples = sorted(folder.glob("inputs-*.npz"), key=lambda p: int(p.stem.split("-")[1]))
     seconds: list[float] = []
     times = OpTimes()
     profiler = Profiler(on_log_event_begin=times.begin, on_log_event_end=times.end)
+    meter = MemoryMeter.start()  # memory.load and memory.peak of the reference runtime (not a device's)
     async with AIModelAsset.load(asset_path).executable() as model:
         call = model.load_function(function, profiler=profiler)
         if call is None:
             raise SystemExit(f"the asset has no function {function!r} (it has {', '.join(model.function_names)})")
         desc = call.desc
         states = _initial_states(desc, folder / STATES_IN)
+        meter.loaded()
         for index, sample in enumerate(samples):
             with np.load(sample) as data:
                 feeds = {name: NDArray(np.ascontiguousarray(data[name].astype(desc.input_descriptor(name).dtype)))
@@ -103,12 +107,14 @@ async def _run(asset_path: Path, folder: Path, function: str) -> dict[str, Any]:
             seconds.append(time.perf_counter() - started)
             arrays = {f"o{i}": np.asarray(outputs[name].numpy()) for i, name in enumerate(desc.output_names)}
             _write_atomic(folder / f"outputs-{index}.npz", lambda handle, arrays=arrays: np.savez(handle, **arrays))
+        memory = {"metrics": {name: metric.model_dump(mode="json") for name, metric in
+                              meter.metrics(source="reference").items()}, "facts": meter.facts()}
         if states:
             finals = {name: np.asarray(array.numpy()) for name, array in states.items()}
             save: Any = np.savez  # typed as if a state could be named allow_pickle
             _write_atomic(folder / STATES_OUT, lambda handle: save(handle, **finals))
         return {"output_names": list(desc.output_names), "state_names": list(desc.state_names), "input_names": list(desc.input_names),
-                "seconds": seconds, "execute_ticks": times.execute,
+                "seconds": seconds, "execute_ticks": times.execute, "memory": memory,
                 "ops": [{"op": op, "calls": calls, "ticks": ticks} for op, (calls, ticks) in
                         sorted(times.ops.items(), key=lambda kv: -kv[1][1])]}
 

@@ -155,8 +155,12 @@ class CoremlBackend(Backend):
 
             return measure_generative(self, model, exported, variant, placement_for=placement_for,
                                       static_metrics=static_metrics, not_macos=_not_macos())
+        from mlbench.backends.coreml.analysis.memory import memory_metrics
+
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
+        memory, memory_details = memory_metrics(artifact.package, artifact.analysis)  # on any OS
+        metrics.update(memory)
         compute_units = variant.axis("compute_units")
 
         def emulate() -> tuple[Any, str | None]:
@@ -171,6 +175,7 @@ class CoremlBackend(Backend):
                                           artifact, self.target.reshape_frequency)
             metrics.update(placement_metrics(placement))
             details = self._estimates(artifact, placement, metrics)
+            details["memory_estimate"] = memory_details
             emulated, why_not = emulate()
             reason = _not_macos()
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
@@ -191,6 +196,7 @@ class CoremlBackend(Backend):
                                              artifact, self.target.reshape_frequency)
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
+        result.details["memory_estimate"] = memory_details
         emulated, why_not = emulate()
         # on macOS the measured verification leads; the emulated one stays beside it, so their
         # difference shows what the hardware's own arithmetic adds

@@ -161,6 +161,7 @@ class ExecutorchBackend(Backend):
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         from mlbench.backends.executorch.profile import build_placement, op_time_table
+        from mlbench.memory import MemoryMeter
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -186,12 +187,16 @@ class ExecutorchBackend(Backend):
         alternative = model.alternative(variant.shape)
         if alternative != 0:
             raise VariantSkipped("the .pte is exported for the first input shape only")
+        meter = MemoryMeter.start()
         load_ms, method = time_once(lambda: self._load(artifact))
         inputs = _inputs(model, 0, alternative)
+        meter.loaded()
         first_ms, first_outputs = time_once(lambda: method.execute(inputs))
         settings = self.config.latency
         latency = time_calls(lambda: method.execute(inputs), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
+        metrics.update(meter.metrics())
+        details["memory"] = meter.facts()
         pairs = [(model.sample(0, alternative)[1], _numpy(first_outputs))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], _numpy(method.execute(_inputs(model, index,

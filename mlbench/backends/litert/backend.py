@@ -156,6 +156,7 @@ class LitertBackend(Backend):
             interpreter,
             op_counts,
         )
+        from mlbench.memory import MemoryMeter
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -164,6 +165,7 @@ class LitertBackend(Backend):
         artifact: LitertArtifact = exported.payload
         precision, threads = variant.axis("precision"), int(variant.axis("threads"))
         alternative = self._alternative(model, variant)
+        meter = MemoryMeter.start()
         load_ms, interp = time_once(lambda: interpreter(artifact.path, threads))
         runner = Runner(interp)
 
@@ -171,10 +173,12 @@ class LitertBackend(Backend):
             return [t.detach().cpu().numpy() for t in model.sample(index, alternative)[0]]
 
         feed = runner.feed(inputs(0))
+        meter.loaded()
         first_ms, first = time_once(lambda: runner(feed))
         settings = self.config.latency
         latency = time_calls(lambda: runner(feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
+        memory = meter.metrics()
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
@@ -190,7 +194,9 @@ class LitertBackend(Backend):
         }
         metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
         metrics.update(placement_metrics(placement))
+        metrics.update(memory)
         details = {
+            "memory": meter.facts(),
             "tflite_ops": op_counts(ops),
             "op_time": {"absent": NO_OP_TIMES},
             "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",

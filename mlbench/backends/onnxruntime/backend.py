@@ -194,6 +194,7 @@ class OnnxruntimeBackend(Backend):
         import onnxruntime as ort
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
+        from mlbench.memory import MemoryMeter
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -205,14 +206,17 @@ class OnnxruntimeBackend(Backend):
         if model.spec.generate is not None:
             return self._measure_generation(ort, model, exported, variant, metrics)
 
+        meter = MemoryMeter.start()
         load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
         alternative = model.alternative(variant.shape)
         feed = _feed(session, model, 0, alternative)
+        meter.loaded()
         first_ms, first_outputs = time_once(lambda: session.run(None, feed))
         settings = self.config.latency
         latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                              threads=self.target.intra_op_threads)
+        metrics.update(meter.metrics())
         pairs = [(model.sample(0, alternative)[1], list(first_outputs))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
             pairs.append((model.sample(index, alternative)[1],
@@ -244,6 +248,7 @@ class OnnxruntimeBackend(Backend):
                 metrics[name] = Metric.absent(unit, NO_SOURCE)
         metrics.update(placement_metrics(placement))
         details = {
+            "memory": meter.facts(),
             "op_time": op_time_tables(profile),
             "session": {"provider": ort_name, "device": provider_device(ort_name),
                         "graph_optimization": self.target.graph_optimization,

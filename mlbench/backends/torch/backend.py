@@ -24,8 +24,12 @@ from mlbench.backends.base import (
 )
 from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
+from mlbench.memory import MemoryMeter, absent_memory
 from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.timing import time_calls, time_once
+
+EAGER_LOAD = ("eager: the module was built by its model source before the measurement (its weights are size.weights); "
+              "memory.peak counts what its predictions add")
 
 
 class TorchBackend(Backend):
@@ -83,7 +87,9 @@ class TorchBackend(Backend):
         device, precision = variant.axis("device"), variant.axis("precision")
         if model.spec.generate is not None:
             return self._measure_generation(model, exported, variant)
+        meter = MemoryMeter.start()
         call = self._prepare(model, exported, variant)
+        meter.loaded()
         try:
             with self._settings():
                 first_ms, output = time_once(call)
@@ -91,12 +97,15 @@ class TorchBackend(Backend):
                 latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                      min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                                      threads=torch.get_num_threads() if device == "cpu" else None)
+            memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
+                      absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
+        details = {"memory": meter.facts()}
         if device == "cpu" and precision == "float32":
-            return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms), latency=latency,
-                               details={"verify": f"this variant is the reference ({REFERENCE})"})
+            return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
+                               details={"verify": f"this variant is the reference ({REFERENCE})", **details})
         from mlbench.verify import compare_samples  # numpy: kept off the validate path
 
         def outputs(result: object) -> list:
@@ -115,8 +124,8 @@ class TorchBackend(Backend):
                 exported.payload.to("cpu")
         verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
                                  min_snr_db=self.config.verify.min_snr_db_for(precision), reference_name=REFERENCE)
-        return Measurement(metrics=runtime_metrics(latency, first_ms=first_ms, verify=verify), latency=latency,
-                           verify=verify)
+        return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms, verify=verify), **memory},
+                           latency=latency, verify=verify, details=details)
 
     def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import torch
