@@ -9,6 +9,7 @@ from mlbench.backends.coreai.availability import platform_reason
 from mlbench.backends.coreai.recipes import resolve, unsupported
 from mlbench.config.load import load_pipeline
 
+
 @pytest.fixture(autouse=True)
 def _model_file(tmp_path):
     """The file PIPELINE names (validate reads it for a top-level `Tiny`)."""
