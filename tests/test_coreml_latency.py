@@ -148,6 +148,11 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(write
     names = [c.strip() for c in header.split("|")]
     assert cells[names.index("≈ms a17pro")].startswith("≈") and cells[names.index("≈ms m1")].startswith("≈")
     assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    from mlbench.report.html import render_html
+    from tests.test_html_parity import missing_from_html
+
+    assert missing_from_html(result) == []  # the HTML report shows all of it too, estimates per chip included
+    assert render_html(result).count('class="bar estimate estimated chip-a17pro"') == 4
 
 
 def test_markdown_shows_measured_over_estimated_where_the_machine_measured_it():
