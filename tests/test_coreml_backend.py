@@ -74,8 +74,8 @@ def test_a_rerun_with_other_compute_units_hits_the_cache_and_another_precision_m
     assert sorted(e.key for e in ArtifactCache(tmp_path / "cache").entries()) == sorted([built.key, other_precision.key])
 
 
-def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, tmp_path):
-    report = run(load_pipeline(write_pipeline(PIPELINE)))
+def test_records_carry_analysis_and_absent_timings_with_reason(core_ml_tiny_run):
+    report, tmp_path = core_ml_tiny_run  # PIPELINE with estimate_on, shared with the tests that only read a run
     record = next(r for r in report.records if r.variant_id == "tiny/coreml/float16/cpu_and_ne/none")
     program = report.artifacts[record.artifact.key]["program"]
     assert program["precision"] == "FLOAT16" and program["op_counts"]["conv"] == 3

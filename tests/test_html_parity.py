@@ -48,7 +48,7 @@ def _coreml(variant: str, a17: float, m1: float, size: int, ne: float, verify: V
     record = rec(variant, None if median is None else [median] * 5, **{k.replace(".", "__"): v for k, v in metrics.items()})
     if median is None:
         record.metrics["latency.median"] = Metric.absent("ms", "Core ML runs only on macOS; this machine runs Linux")
-    _, backend, precision, units, optimize = variant.split("/")
+    precision, units, optimize = variant.split("/")[2:]
     record.axes = {"precision": precision, "compute_units": units, "optimize": optimize}
     record.verify = verify
     record.artifact = ArtifactInfo(key=f"{precision}{optimize}".ljust(40, "0"), cache_hit=False, export_seconds=7.7,
