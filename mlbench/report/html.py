@@ -93,7 +93,7 @@ def ship_section(records: Sequence[RunRecord]) -> list[str]:
 def placement_section(records: Sequence[RunRecord]) -> list[str]:
     """Per model, one 100% bar per variant with a placement; the legend once, above the first chart."""
     width, label = _label(records)
-    charts = []
+    charts: list[str] = []
     for model, rows in by_model(records).items():
         if any(_value(r, f"{p}{d}") for r in rows for p in ("placement.", "placement.count.") for d in devices()):
             charts.append(f'<h3 class="model">{escape(model)}</h3>'
