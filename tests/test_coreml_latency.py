@@ -127,6 +127,7 @@ def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_ml_tiny_run):
     result, folder = core_ml_tiny_run  # float32/float16 × 4 compute units, estimate_on [a17pro, m1], beside eager
     coreml = [r for r in result.records if r.backend == "coreml"]

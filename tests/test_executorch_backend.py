@@ -66,6 +66,7 @@ def et_run(tmp_path_factory):
     return folder, run(load_pipeline(folder / "pipeline.yaml"))
 
 
+@pytest.mark.slow
 def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     _, report = et_run
     record = et_records(report)["xnnpack/float32/none"]
@@ -82,6 +83,7 @@ def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     assert placement.cost_basis == "time" and abs(sum(placement.by_cost.values()) - 1.0) < 1e-9
 
 
+@pytest.mark.slow
 def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_counts_them(et_run):
     folder, report = et_run
     record = et_records(report)["xnnpack/float32/none"]
@@ -95,6 +97,7 @@ def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_coun
     assert coreml.placement.by_cost is None and "coreml 100% of ops (100% of FLOPs)" in markdown
 
 
+@pytest.mark.slow
 def test_measured_latency_verification_size_and_planned_memory(et_run):
     _, report = et_run
     for name in ("xnnpack/float32/none", "portable/float32/none", "xnnpack/float32/q8"):
@@ -117,6 +120,7 @@ def _sidecars(record):
     return sum(p.stat().st_size for p in folder.iterdir() if p.name != "model.pte")
 
 
+@pytest.mark.slow
 def test_etdump_table_covers_the_method_time(et_run):
     _, report = et_run
     op_time = et_records(report)["xnnpack/float32/none"].details["op_time"]
@@ -133,6 +137,7 @@ def test_etdump_table_covers_the_method_time(et_run):
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="the Core ML delegate runs on macOS")
+@pytest.mark.slow
 def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
     _, report = et_run
     record = et_records(report)["coreml/float32/none"]
@@ -144,6 +149,7 @@ def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
     assert record.metrics["size.package"].value > 0
 
 
+@pytest.mark.slow
 def test_the_coreml_delegates_embedded_program_is_analysed_like_a_coreml_target(et_run):
     _, report = et_run
     record = et_records(report)["coreml/float32/none"]
@@ -177,6 +183,7 @@ def test_estimate_on_names_known_chips_and_needs_the_coreml_delegate(write_pipel
                                     "add coreml to delegate or drop estimate_on")
 
 
+@pytest.mark.slow
 def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_run):
     folder, report = et_run
     records = et_records(report)

@@ -107,6 +107,7 @@ def _count(image, hex_color: str, tolerance: int = 12) -> int:
 
 
 @pytest.mark.skipif(_chromium() is None, reason="needs a Chromium (apt-get install chromium)")
+@pytest.mark.slow
 def test_chromium_draws_every_chart(tmp_path):
     image_module = pytest.importorskip("PIL.Image")
     points = [SimpleNamespace(run_id=f"r{i}", created=f"2026-01-0{i + 1}", value=v, source="measured")
@@ -129,6 +130,7 @@ def test_chromium_draws_every_chart(tmp_path):
 
 @pytest.mark.torch
 @pytest.mark.skipif(_chromium() is None, reason="needs a Chromium (apt-get install chromium)")
+@pytest.mark.slow
 def test_a_run_writes_the_html_report_with_trends(write_pipeline, tiny_pipeline_text, tmp_path):
     from mlbench.cli.main import main
 
