@@ -202,6 +202,7 @@ def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_ru
     assert {r.artifact.key for r in again.values()} == {r.artifact.key for r in records.values()}
 
 
+@pytest.mark.slow
 def test_a_model_torch_export_cannot_capture_fails_in_one_line(write_pipeline, tmp_path):
     (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
     path = write_pipeline(PIPELINE.replace("source: model.py:Cum", "source: model.py:Branchy").replace(
