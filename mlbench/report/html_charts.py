@@ -169,7 +169,7 @@ def placement_chart(records: Sequence[RunRecord], label=lambda r: r.variant_id, 
         mark = ESTIMATE_MARK if "estimated" in sources else ""
         switches = value_of(record, "placement.switches")
         text = (f"{mark}{' '.join(shares)}" + (" of ops" if of == "ops" else "")
-                + (f", {switches.value:g} switch{'' if switches.value == 1 else 'es'}" if switches else ""))
+                + (f", {switches.value:g} switches" if switches else ""))
         parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
     parts.append("</svg>")
     keys = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
