@@ -112,6 +112,7 @@ def test_a_run_that_cannot_finish_exits_3_with_a_partial_report(write_pipeline, 
 
 
 @pytest.mark.timeout(120)  # a lost limit fails here, never hangs CI
+@pytest.mark.slow
 def test_a_hang_while_loading_times_out_under_the_targets_own_limit(write_pipeline, tmp_path):
     text = PIPELINE.replace("  - name: b\n", f"""\
   - name: stuck
