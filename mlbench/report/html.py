@@ -1,9 +1,11 @@
 """The HTML report: one self-contained file with inline SVG charts — no script, no network.
 
-A pure function of a RunReport (and, optionally, earlier runs' figures from the history): latency
-per model, placement per variant, trends over runs (the charts are in `html_charts` and `html_trend`),
-then a table of the figures. Estimated figures are drawn hatched and carry `≈`, like the Markdown
-report; absent ones say why.
+A pure function of a RunReport (and, optionally, earlier runs' figures from the history): latency per
+model with each chip's estimate (`html_latency`), which variant to ship (`html_ship`), placement per model
+(`html_charts`), trends over runs (`html_trend`), a table of the headline figures, then every model's
+Markdown table, notes and backend sections as HTML (`html_markdown`): the HTML never shows less than the
+Markdown. Estimated figures are drawn hatched and carry `≈`, like the Markdown report; absent ones say why.
+Each section is one `*_section` function called from `render_html`: add a chart the same way.
 """
 
 from __future__ import annotations
