@@ -139,3 +139,40 @@ def write_pipeline(tmp_path):
 @pytest.fixture
 def tiny_pipeline_text() -> str:
     return TINY_PIPELINE.format(root=ROOT)
+
+
+CORE_ML_TINY = """\
+version: 1
+name: cm
+models:
+  - name: tiny
+    source: {root}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
+targets:
+  - backend: torch
+  - backend: coreml
+    precision: [float32, float16]
+    compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
+    estimate_on: [a17pro, m1]
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+cache: {{dir: cache}}
+report: {{dir: out, formats: [json, markdown, html]}}
+"""
+
+
+@pytest.fixture(scope="session")
+def core_ml_tiny_run(tmp_path_factory):
+    """One run of the tiny CNN through Core ML (2 exports serve 8 variants, estimated on two chips) beside eager
+    PyTorch, shared by the tests that only read what such a run reports: (report, its folder). Built once per
+    test process; its cache and history stay in its own folder, like every test's."""
+    from mlbench.config.load import load_pipeline
+    from mlbench.run.runner import run
+
+    root = tmp_path_factory.mktemp("core-ml-tiny")
+    path = root / "pipeline.yaml"
+    path.write_text(CORE_ML_TINY.format(root=ROOT), encoding="utf-8")
+    with pytest.MonkeyPatch.context() as patch:  # the autouse redirect is per test: this runs before it
+        patch.setenv("MLBENCH_CACHE_DIR", str(root / "cache"))
+        patch.setenv("MLBENCH_HISTORY", str(root / "history.sqlite"))
+        report = run(load_pipeline(path))
+    return report, root

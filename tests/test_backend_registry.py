@@ -57,6 +57,7 @@ def test_builtin_backends_register_through_entry_points():
 
 
 @pytest.mark.torch  # the run builds the TinyCNN torch model (validate and schema alone would not need it)
+@pytest.mark.slow
 def test_a_backend_from_outside_runs_a_pipeline(tmp_path):
     path = tmp_path / "toy.yaml"
     path.write_text(TOY_PIPELINE, encoding="utf-8")

@@ -21,6 +21,7 @@ def load(name: str):
     return module
 
 
+@pytest.mark.slow
 def test_harness_overhead_measures_both_sides():
     bench = load("harness_overhead")
     mine, bare, ratio = bench.harness_ratio("mobilenet_v3_small", rounds=1, warmup=1, repeats=3)
@@ -29,6 +30,7 @@ def test_harness_overhead_measures_both_sides():
     assert harness_ns > 0 and bare_ns > 0
 
 
+@pytest.mark.slow
 def test_cache_benchmark_counts_exports(write_pipeline, tiny_pipeline_text, capsys):
     bench = load("cache")
     text = tiny_pipeline_text.replace("targets:", "targets:\n  - backend: coreml\n    precision: float16")
@@ -40,6 +42,7 @@ def test_cache_benchmark_counts_exports(write_pipeline, tiny_pipeline_text, caps
     assert "exports performed   1" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_ab_noise_runs_a_trial(capsys):
     bench = load("ab_noise")
     bench.main(["--trials", "1", "--rounds", "8", "--calls", "2", "--warmup", "0"])
@@ -48,6 +51,7 @@ def test_ab_noise_runs_a_trial(capsys):
     assert "A=A (no change): no regression — ab " in out and "head 5% slower : caught        — ab " in out
 
 
+@pytest.mark.slow
 def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_text, capsys):
     bench = load("parallel_export")
     text = tiny_pipeline_text.replace("  - backend: torch\n    device: [cpu]\n    precision: [float32]\n",
@@ -57,6 +61,7 @@ def test_export_overhead_pairs_plain_and_mlbench(write_pipeline, tiny_pipeline_t
     assert rows[0][1] > 0 and rows[0][2] > 0
 
 
+@pytest.mark.slow
 def test_zoo_coverage_counts_both_exporters(capsys, monkeypatch):
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -68,6 +73,7 @@ def test_zoo_coverage_counts_both_exporters(capsys, monkeypatch):
     assert len(bench.torchvision_models()) > 50  # classification and segmentation under 100M parameters
 
 
+@pytest.mark.slow
 def test_executorch_vs_times_the_three_runtimes_on_one_model(capsys):
     pytest.importorskip("executorch.runtime", reason="the executorch extra is not installed")
     bench = load("executorch_vs")

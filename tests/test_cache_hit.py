@@ -37,6 +37,7 @@ report: {{dir: out, formats: [json]}}
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.slow
 def test_an_artifact_this_run_built_is_no_cache_hit_on_any_backend(write_pipeline, jobs):
     pipeline = load_pipeline(write_pipeline(PIPELINE))
     first = {r.backend: r for r in run(pipeline, jobs=jobs).records}

@@ -16,6 +16,7 @@ from tests.test_compare import rec, run_of
 
 
 @pytest.mark.parametrize("samples", [20_000, 1_000_000])
+@pytest.mark.slow
 def test_the_noise_guard_is_bounded_in_memory_whatever_the_sample_count(samples):
     """`max_repeats: 1000000` is valid: its bootstrap once asked for a 2000 × 1,000,000 array (15 GiB)."""
     rng = random.Random(7)

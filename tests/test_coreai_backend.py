@@ -63,6 +63,7 @@ def records(report):
     return {r.variant_id.removeprefix("tiny/coreai/"): r for r in report.records}
 
 
+@pytest.mark.slow
 def test_float32_asset_is_verified_by_the_reference_runtime_within_1e_5(tiny_run):
     _, report = tiny_run
     record = records(report)["float32/all/none"]
@@ -88,6 +89,7 @@ def test_float32_asset_is_verified_by_the_reference_runtime_within_1e_5(tiny_run
     assert record.details["reference_runtime"]["memory"]["method"].startswith("linux VmHWM")
 
 
+@pytest.mark.slow
 def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):
     _, report = tiny_run
     by_id = records(report)
@@ -113,6 +115,7 @@ def test_every_recipe_gives_a_smaller_asset_that_still_verifies(tiny_run):
     assert w8a8["broadcasting_sub"] > plain_ops.get("broadcasting_sub", 0)  # activations' (de)quantize, lowered
 
 
+@pytest.mark.slow
 def test_float16_casts_weights_and_inputs(tiny_run):
     _, report = tiny_run
     record = records(report)["float16/all/none"]
@@ -123,6 +126,7 @@ def test_float16_casts_weights_and_inputs(tiny_run):
     assert record.metrics["size.weights"].value < records(report)["float32/all/none"].metrics["size.weights"].value
 
 
+@pytest.mark.slow
 def test_summary_op_histogram_counts_the_model_and_the_compression(tiny_run):
     _, report = tiny_run
     by_id = records(report)
@@ -136,6 +140,7 @@ def test_summary_op_histogram_counts_the_model_and_the_compression(tiny_run):
                                    "outputs": [{"name": "output", "type": "NDArray (Float32, 1 × 10)"}], "states": []}]
 
 
+@pytest.mark.slow
 def test_cache_keys_hold_what_shapes_the_asset_and_a_rerun_exports_nothing(tiny_run):
     folder, report = tiny_run
     keys = {r.variant_id: r.artifact.key for r in report.records}
@@ -147,6 +152,7 @@ def test_cache_keys_hold_what_shapes_the_asset_and_a_rerun_exports_nothing(tiny_
     assert {r.variant_id: r.artifact.key for r in again.records} == keys
 
 
+@pytest.mark.slow
 def test_cache_info_shows_the_key_inputs(tiny_run, capsys):
     folder, report = tiny_run
     record = records(report)["float32/all/int4_block"]
@@ -161,6 +167,7 @@ def test_cache_info_shows_the_key_inputs(tiny_run, capsys):
     assert "compute_units" not in json.dumps(inputs)
 
 
+@pytest.mark.slow
 def test_report_marks_reference_figures_and_explains_the_mark(tiny_run):
     folder, _ = tiny_run
     text = next((folder / "out").rglob("*.md")).read_text(encoding="utf-8")
@@ -171,6 +178,7 @@ def test_report_marks_reference_figures_and_explains_the_mark(tiny_run):
     assert "not device latency" in text and "its Profiler's top ops: `" in text and "`conv2d` " in text
 
 
+@pytest.mark.slow
 def test_an_op_without_a_lowering_fails_its_variants_naming_the_op(write_pipeline, tmp_path):
     (tmp_path / "unsupported.py").write_text(
         "import torch\n"
@@ -199,6 +207,7 @@ def test_an_op_without_a_lowering_fails_its_variants_naming_the_op(write_pipelin
                                 f"{package_version('coreai-torch')}; register_torch_lowering() can add one)")
 
 
+@pytest.mark.slow
 def test_inspect_prints_the_asset_summary(tiny_run, capsys):
     _, report = tiny_run
     record = records(report)["float32/all/palettize4"]
@@ -240,6 +249,7 @@ def _feeds():
     return [{"image": rng.standard_normal((1, 3, 32, 32)).astype("float32")}]
 
 
+@pytest.mark.slow
 def test_an_abort_after_the_results_are_out_does_not_lose_them(asset):
     """Core AI's runtime may abort at interpreter exit: here the child aborts right after handing over."""
     from mlbench.backends.coreai.reference import run_reference
@@ -255,6 +265,7 @@ def test_an_abort_after_the_results_are_out_does_not_lose_them(asset):
     assert (aborted.outputs[0][0] == clean.outputs[0][0]).all()
 
 
+@pytest.mark.slow
 def test_an_abort_before_the_results_fails_in_one_line(asset):
     from mlbench.backends.coreai.reference import ReferenceRunError, run_reference
 
@@ -267,6 +278,7 @@ def test_an_abort_before_the_results_fails_in_one_line(asset):
     assert "\n" not in message
 
 
+@pytest.mark.slow
 def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_path):
     import shutil
 
@@ -294,6 +306,7 @@ def test_an_existing_asset_is_verified_as_it_is(tiny_run, write_pipeline, tmp_pa
     assert record.metrics["size.package"].value == records(report)["float16/all/none"].metrics["size.package"].value
 
 
+@pytest.mark.slow
 def test_flexible_shapes_make_one_asset_verified_at_every_size_enumerated_sizes_a_function_each(write_pipeline):
     path = write_pipeline(f"""\
         version: 1
@@ -336,6 +349,7 @@ def test_flexible_shapes_make_one_asset_verified_at_every_size_enumerated_sizes_
         "NDArray (Float32, 1 × 3 × ? × ?)"  # height and width: a dimension each (other bounds)
 
 
+@pytest.mark.slow
 def test_the_reference_runtime_stops_with_its_parent_and_at_its_time_limit(asset):
     import os
     import subprocess

@@ -64,6 +64,7 @@ def test_flops_follow_core_mls_conventions(tmp_path):
     assert analysis.notes == [NOTE]
 
 
+@pytest.mark.slow
 def test_compressed_weights_are_data_read_at_their_stored_size(tmp_path):
     from mlbench.backends.coreai.estimate import walk_function
 
@@ -90,6 +91,7 @@ def test_composites_map_to_layer_norm_and_attention(tmp_path):
     assert analysis.op_counts["layer_norm"] == 1
 
 
+@pytest.mark.slow
 def test_an_op_without_a_counterpart_leaves_the_estimate_absent(tmp_path):
     from mlbench.backends.coreai.estimate import walk_function
 
@@ -131,6 +133,7 @@ report: {{dir: out, formats: [json]}}
 """
 
 
+@pytest.mark.slow
 def test_the_backend_reports_estimated_placement_and_latency(tmp_path):
     from mlbench.backends.coreai.estimate import NOTE
     from mlbench.config.load import load_pipeline

@@ -39,6 +39,7 @@ def coreml_records(report):
     return [r for r in report.records if r.backend == "coreml"]
 
 
+@pytest.mark.slow
 def test_compute_units_share_one_export_and_a_rerun_exports_nothing(write_pipeline, tmp_path):
     pipeline = load_pipeline(write_pipeline(PIPELINE))
     first = coreml_records(run(pipeline))
@@ -55,6 +56,7 @@ def test_compute_units_share_one_export_and_a_rerun_exports_nothing(write_pipeli
     assert {r.artifact.key for r in second} == keys
 
 
+@pytest.mark.slow
 def test_a_rerun_with_other_compute_units_hits_the_cache_and_another_precision_misses(write_pipeline, tmp_path):
     """compute_units is a load-time choice: the same package serves every value, in a later run too."""
 
@@ -74,8 +76,9 @@ def test_a_rerun_with_other_compute_units_hits_the_cache_and_another_precision_m
     assert sorted(e.key for e in ArtifactCache(tmp_path / "cache").entries()) == sorted([built.key, other_precision.key])
 
 
-def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, tmp_path):
-    report = run(load_pipeline(write_pipeline(PIPELINE)))
+@pytest.mark.slow
+def test_records_carry_analysis_and_absent_timings_with_reason(core_ml_tiny_run):
+    report, tmp_path = core_ml_tiny_run  # PIPELINE with estimate_on, shared with the tests that only read a run
     record = next(r for r in report.records if r.variant_id == "tiny/coreml/float16/cpu_and_ne/none")
     program = report.artifacts[record.artifact.key]["program"]
     assert program["precision"] == "FLOAT16" and program["op_counts"]["conv"] == 3
@@ -104,6 +107,7 @@ def test_records_carry_analysis_and_absent_timings_with_reason(write_pipeline, t
     assert "`†` (**emulated**: mlbench's interpreter ran the saved program" in markdown
 
 
+@pytest.mark.slow
 def test_corrupt_entry_is_rebuilt_with_a_warning(write_pipeline, tmp_path, capsys):
     path = write_pipeline(PIPELINE.replace("precision: [float32, float16]", "precision: float16").replace(
         "compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]", "compute_units: all"))
@@ -124,6 +128,7 @@ def test_corrupt_entry_is_rebuilt_with_a_warning(write_pipeline, tmp_path, capsy
     assert ArtifactCache(tmp_path / "cache").lookup(entry.key) is not None
 
 
+@pytest.mark.slow
 def test_failed_export_fails_its_variants_only(write_pipeline, tmp_path):
     model_file = tmp_path / "unsupported.py"
     model_file.write_text(
@@ -189,6 +194,7 @@ def test_inspect_reads_a_package_saved_by_coremltools(tmp_path, capsys):
         f"{not_a_model}: not a Core ML model: expected an .mlpackage directory or an .mlmodel file\n")
 
 
+@pytest.mark.slow
 def test_cache_commands(write_pipeline, tmp_path, capsys):
     path = write_pipeline(PIPELINE.replace("precision: [float32, float16]", "precision: float16"))
     assert main(["run", "-q", str(path)]) == 0
@@ -215,6 +221,7 @@ def test_cache_commands(write_pipeline, tmp_path, capsys):
     assert capsys.readouterr().err == "invalid size 'lots': use e.g. 500MB, 5GB\n"
 
 
+@pytest.mark.slow
 def test_an_analysis_stored_by_an_older_mlbench_is_made_again(write_pipeline, tmp_path):
     """Packages cached before placement v2.1 carry an analysis that called a float32 model with a mask
     "mixed": a cache hit reads the package again rather than trust an analysis of another version."""

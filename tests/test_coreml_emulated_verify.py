@@ -56,6 +56,7 @@ report: {{dir: out}}
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS the measured verification leads")
+@pytest.mark.slow
 def test_every_core_ml_variant_gets_an_emulated_verification_over_the_samples(tmp_path):
     (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")
     path = tmp_path / "p.yaml"
@@ -81,6 +82,7 @@ def test_every_core_ml_variant_gets_an_emulated_verification_over_the_samples(tm
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS the measured verification leads")
+@pytest.mark.slow
 def test_an_op_the_interpreter_lacks_is_named_and_nothing_is_zero(tmp_path):
     (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")
     path = tmp_path / "p.yaml"

@@ -380,6 +380,7 @@ def test_shorten_messages():
     assert shorten_coremltools_message(ValueError()) == "ValueError"
 
 
+@pytest.mark.slow
 def test_coremltools_is_imported_without_scikit_learn_which_a_model_may_still_import():
     """import_coremltools hides scikit-learn while coremltools imports (its sklearn converters are never
     used; the import cost a second of every child's start); a user's model imports it afterwards."""

@@ -127,27 +127,38 @@ def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):
 
 
 @pytest.mark.torch
-def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(write_pipeline, tmp_path):
-    from mlbench.run.runner import run
-
-    result = run(load_pipeline(write_pipeline(PIPELINE)))
-    assert len(result.records) == 4
-    for r in result.records:
+@pytest.mark.slow
+def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_ml_tiny_run):
+    result, folder = core_ml_tiny_run  # float32/float16 × 4 compute units, estimate_on [a17pro, m1], beside eager
+    coreml = [r for r in result.records if r.backend == "coreml"]
+    assert len(coreml) == 8
+    for r in coreml:
         for chip in ("a17pro", "m1"):
             metric = r.metrics[f"latency.estimated.{chip}"]
             assert (metric.unit, metric.source) == ("ms", "estimated") and metric.value > 0
             assert metric.band is not None and metric.band.worst_ratio >= metric.band.median_ratio >= 1
         assert set(r.details["latency_estimate"]) == {"a17pro", "m1"}
-    by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in result.records}
+    assert not any(name.startswith("latency.estimated.") for r in result.records if r.backend == "torch"
+                   for name in r.metrics)
+    by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in coreml}
     assert by_id["tiny/coreml/float16/all/none"] < by_id["tiny/coreml/float32/cpu_only/none"]
-    markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| ≈ms a17pro | ≈ms m1 |" in markdown
-    row = next(line for line in markdown.splitlines() if line.startswith("| `coreml/float16/all/none`"))
-    cells = [c.strip() for c in row.split("|")]
-    header = next(line for line in markdown.splitlines() if line.startswith("| Variant"))
-    names = [c.strip() for c in header.split("|")]
-    assert cells[names.index("≈ms a17pro")].startswith("≈") and cells[names.index("≈ms m1")].startswith("≈")
+    markdown = (folder / "out" / "report.md").read_text()
+    assert "| ≈ms a17pro |" in markdown and "≈ms m1" in markdown
+    cells: dict[str, str] = {}  # the row's cells by column, in the main table and the folded one
+    for line in markdown.splitlines():
+        if line.startswith("| Variant"):
+            names = [c.strip() for c in line.split("|")]
+        elif line.startswith("| `coreml/float16/all/none`"):
+            cells.update(zip(names, (c.strip() for c in line.split("|"))))
+    assert cells["≈ms a17pro"].startswith("≈") and cells["≈ms m1"].startswith("≈")
     assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    from mlbench.report.html import render_html
+    from tests.test_html_parity import missing_from_html
+
+    assert missing_from_html(result) == []  # the HTML report shows all of it too, estimates per chip included
+    html = (folder / "out" / "report.html").read_text()
+    assert html == render_html(result)
+    assert html.count('class="bar estimate estimated chip-a17pro"') == 8
 
 
 def test_markdown_shows_measured_over_estimated_where_the_machine_measured_it():

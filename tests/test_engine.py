@@ -85,6 +85,7 @@ def test_dask_measurement_needing_missing_hardware_is_skipped(write_pipeline):
     assert all(r.status == "ok" for r in report.records if r.backend == "torch")
 
 
+@pytest.mark.slow
 def test_kill_9_midway_then_resume_redoes_nothing_finished(write_pipeline, tmp_path):
     text = PIPELINE.replace("min_time_s: 0.0", "min_time_s: 0.4")  # each variant takes a moment
     path = write_pipeline(text)

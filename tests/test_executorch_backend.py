@@ -66,6 +66,7 @@ def et_run(tmp_path_factory):
     return folder, run(load_pipeline(folder / "pipeline.yaml"))
 
 
+@pytest.mark.slow
 def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     _, report = et_run
     record = et_records(report)["xnnpack/float32/none"]
@@ -90,6 +91,7 @@ def test_xnnpack_leaves_cumsum_to_portable_kernels_with_its_boundaries(et_run):
     assert "measured time per device (ETDump): xnnpack " in placement.note
 
 
+@pytest.mark.slow
 def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_counts_them(et_run):
     folder, report = et_run
     record = et_records(report)["xnnpack/float32/none"]
@@ -105,6 +107,7 @@ def test_the_partition_weighs_each_device_by_flops_as_the_coreml_cost_model_coun
     assert coreml.metrics["placement.coreml"].value == 1.0
 
 
+@pytest.mark.slow
 def test_measured_latency_verification_size_and_planned_memory(et_run):
     _, report = et_run
     for name in ("xnnpack/float32/none", "portable/float32/none", "xnnpack/float32/q8"):
@@ -129,6 +132,7 @@ def _sidecars(record):
     return sum(p.stat().st_size for p in folder.iterdir() if p.name != "model.pte")
 
 
+@pytest.mark.slow
 def test_etdump_table_covers_the_method_time(et_run):
     _, report = et_run
     op_time = et_records(report)["xnnpack/float32/none"].details["op_time"]
@@ -187,6 +191,7 @@ def test_the_etdump_table_sums_to_within_10_percent_of_the_measured_call(tmp_pat
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="the Core ML delegate runs on macOS")
+@pytest.mark.slow
 def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
     _, report = et_run
     record = et_records(report)["coreml/float32/none"]
@@ -198,6 +203,7 @@ def test_coreml_delegate_is_exported_and_placed_but_not_timed_off_macos(et_run):
     assert record.metrics["size.package"].value > 0
 
 
+@pytest.mark.slow
 def test_the_coreml_delegates_embedded_program_is_analysed_like_a_coreml_target(et_run):
     _, report = et_run
     record = et_records(report)["coreml/float32/none"]
@@ -231,6 +237,7 @@ def test_estimate_on_names_known_chips_and_needs_the_coreml_delegate(write_pipel
                                     "add coreml to delegate or drop estimate_on")
 
 
+@pytest.mark.slow
 def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_run):
     folder, report = et_run
     records = et_records(report)
@@ -249,6 +256,7 @@ def test_delegate_and_recipe_shape_the_key_and_measurement_settings_do_not(et_ru
     assert {r.artifact.key for r in again.values()} == {r.artifact.key for r in records.values()}
 
 
+@pytest.mark.slow
 def test_a_model_torch_export_cannot_capture_fails_in_one_line(write_pipeline, tmp_path):
     (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
     path = write_pipeline(PIPELINE.replace("source: model.py:Cum", "source: model.py:Branchy").replace(

@@ -45,6 +45,7 @@ def _run(path):
     return {r.variant_id: r for r in run(load_pipeline(path), jobs=1).records}
 
 
+@pytest.mark.slow
 def test_a_saved_export_program_and_a_torchscript_file_are_model_sources(write_pipeline, tmp_path):
     import torch
 
@@ -91,6 +92,7 @@ def _export_package(tmp_path, precision: str = "float16"):
     return result.artifact
 
 
+@pytest.mark.slow
 def test_an_existing_package_is_measured_as_it_is_and_verified_against_eager(write_pipeline, tmp_path):
     package = _export_package(tmp_path)
     path = write_pipeline(f"""\
@@ -115,6 +117,7 @@ include:
                                            "set precision: float16")
 
 
+@pytest.mark.slow
 def test_artifacts_without_a_model_source_are_measured_without_verification(write_pipeline, tmp_path):
     import torch
 

@@ -54,6 +54,7 @@ def test_exclude_matches_a_shape(write_pipeline):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_one_package_is_measured_and_verified_at_each_enumerated_shape(write_pipeline):
     from mlbench.run import run
 
@@ -81,6 +82,7 @@ def test_one_package_is_measured_and_verified_at_each_enumerated_shape(write_pip
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_range_exports_flexible_and_measures_its_default(write_pipeline):
     from mlbench.run import run
 

@@ -72,6 +72,7 @@ def test_overflow_sentences():
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_sweep_with_an_overflowing_float16_variant_writes_every_report(tmp_path, monkeypatch, capsys):
     pytest.importorskip("coremltools")
     (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")

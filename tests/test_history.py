@@ -121,6 +121,7 @@ def tiny_with_history(write_pipeline, tiny_pipeline_text, tmp_path):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
     from mlbench.cli.main import main as cli_main
 

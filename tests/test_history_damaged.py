@@ -72,6 +72,7 @@ def test_text_that_is_not_utf8_or_not_json_is_one_line(tmp_path, capsys):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_a_run_beside_a_damaged_history_writes_every_report_and_warns(write_pipeline, tiny_pipeline_text, tmp_path,
                                                                       capsys):
     text = tiny_pipeline_text.replace("report: {dir: out}", "report: {dir: out, formats: [json, markdown, html]}")

@@ -33,6 +33,7 @@ history: {{enabled: false}}
 
 
 @pytest.mark.parametrize("layout", ["RGB", "BGR"])
+@pytest.mark.slow
 def test_an_image_type_package_agrees_with_its_eager_equivalent(write_pipeline, layout):
     from mlbench.run import run
 

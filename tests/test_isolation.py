@@ -93,6 +93,7 @@ def check(report, tmp_path) -> None:
 
 
 @pytest.mark.timeout(300)  # the limits below are what end the hang: a lost one fails here, never hangs CI
+@pytest.mark.slow
 def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, capsys):
     path = write_pipeline(FAULTS)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 1  # finished, with failed variants
@@ -109,6 +110,7 @@ def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, c
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_faults_cost_their_own_variants_with_two_jobs(write_pipeline, tmp_path):
     report = run(load_pipeline(write_pipeline(FAULTS)), jobs=2)
     check(report, tmp_path)

@@ -130,6 +130,7 @@ JUNK = ("the process wrote bytes that are not mlbench's messages to its channel 
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.slow
 def test_junk_on_the_channel_fails_only_its_own_variants(write_pipeline, tmp_path, jobs):
     """Finding 10: bytes a model writes to mlbench's socket are not a message; the sweep goes on. With
     --jobs 2 the onnxruntime export runs in a parallel export child, with --jobs 1 in the measuring one."""
@@ -167,6 +168,7 @@ SIZED = ("not tried, the same model failed to load for the export order: timed o
 
 @pytest.mark.timeout(150)
 @pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.slow
 def test_a_model_that_fails_while_loading_costs_one_load_and_says_so_under_any_jobs(write_pipeline, tmp_path, jobs):
     """A hang in `__init__` costs export_s once, not once per artifact (with --jobs 2, the export order's
     sizing builds the model first: there); a segfault while loading is reported as one, whether the

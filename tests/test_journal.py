@@ -150,6 +150,7 @@ def test_no_journal_or_no_header_is_a_one_line_error(journal):
 
 
 @pytest.mark.torch
+@pytest.mark.slow
 def test_resume_after_a_kill_mid_write_reuses_what_finished(write_pipeline, tiny_pipeline_text, tmp_path, capsys):
     """A run killed while writing its second record: --resume keeps the first and redoes only the second."""
     from mlbench.cli.main import main

@@ -20,6 +20,7 @@ def _case(rng: random.Random) -> tuple[list[float], list[float]]:
     return [draw(0.0) for _ in range(sizes[0])], [draw(shift) for _ in range(sizes[1])]
 
 
+@pytest.mark.slow
 def test_same_method_p_value_and_verdict_as_scipy_on_3000_random_cases():
     rng = random.Random(20240601)
     exact = 0

@@ -157,6 +157,7 @@ def test_float16_keeps_float32_io_and_says_what_ran_in_float32(tiny_run):
         assert note.startswith("float16 graph, but ") and "Conv ×3" in note
 
 
+@pytest.mark.slow
 def test_export_falls_back_to_torchscript_and_says_why(write_pipeline, tmp_path):
     (tmp_path / "branchy.py").write_text(
         "import torch\n"
@@ -179,6 +180,7 @@ def test_export_falls_back_to_torchscript_and_says_why(write_pipeline, tmp_path)
     assert ort_records(report)["tiny/onnxruntime/float32/cpu"].artifact.export_path == "torch.onnx.export(dynamo=True)"
 
 
+@pytest.mark.slow
 def test_failed_export_fails_its_variants_only(write_pipeline, tmp_path):
     (tmp_path / "unsupported.py").write_text(
         "import torch\n"
@@ -229,6 +231,7 @@ def test_cache_info_shows_the_onnx_key(tiny_run, capsys):
     assert info["export_path"] == "torch.onnx.export(dynamo=True)" and info["opset"] >= 18
 
 
+@pytest.mark.slow
 def test_opset_is_part_of_the_key(write_pipeline, tmp_path):
     path = write_pipeline(PIPELINE.replace("providers: [cpu, cuda]", "providers: cpu\n    opset: 18").replace(
         "precision: [float32, float16]", "precision: float32"))

@@ -56,6 +56,7 @@ def built(tmp_path_factory) -> tuple[Path, Path]:
     return sdist, wheel
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_every_file_under_mlbench(built):
     _, wheel = built
     with zipfile.ZipFile(wheel) as archive:
@@ -66,6 +67,7 @@ def test_the_wheel_holds_every_file_under_mlbench(built):
     assert sorted(held - expected) == []
 
 
+@pytest.mark.slow
 def test_the_sdist_holds_the_schemas_the_manual_and_the_pipelines(built):
     sdist, _ = built
     with tarfile.open(sdist) as archive:
@@ -79,6 +81,7 @@ def test_the_sdist_holds_the_schemas_the_manual_and_the_pipelines(built):
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in held)  # no half copy of either
 
 
+@pytest.mark.slow
 def test_the_installed_wheel_validates_and_plans_every_pipeline(built, tmp_path):
     """The wheel unpacked (a pure-Python wheel installs as its files) first on the path, so `mlbench`
     is the wheel's and not the checkout's; validate and plan need only the core dependencies."""

@@ -39,6 +39,7 @@ def records(tmp_path) -> dict[str, dict]:
     return {r["variant_id"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())["records"]}
 
 
+@pytest.mark.slow
 def test_a_variant_the_run_died_on_twice_is_failed_not_retried_for_ever(write_pipeline, tmp_path):
     path = write_pipeline(PIPELINE)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 0
@@ -70,6 +71,7 @@ def test_a_variant_the_run_died_on_twice_is_failed_not_retried_for_ever(write_pi
     assert records(tmp_path)[victim]["status"] == "ok"
 
 
+@pytest.mark.slow
 def test_resume_after_an_edit_keeps_what_the_edit_did_not_touch(write_pipeline, tmp_path, capsys):
     path = write_pipeline(PIPELINE)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 0
@@ -110,6 +112,7 @@ def test_a_run_that_cannot_finish_exits_3_with_a_partial_report(write_pipeline, 
 
 
 @pytest.mark.timeout(120)  # a lost limit fails here, never hangs CI
+@pytest.mark.slow
 def test_a_hang_while_loading_times_out_under_the_targets_own_limit(write_pipeline, tmp_path):
     text = PIPELINE.replace("  - name: b\n", f"""\
   - name: stuck

@@ -84,6 +84,7 @@ def test_unavailable_device_is_skipped_not_failed(write_pipeline, tiny_pipeline_
     assert [(r.status, r.error) for r in report.records] == [("skipped", "CUDA is not available on this machine")]
 
 
+@pytest.mark.slow
 def test_verify_samples_run_on_every_backend(write_pipeline, tiny_pipeline_text):
     text = tiny_pipeline_text.replace(
         "    precision: [float32]\n",

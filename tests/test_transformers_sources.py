@@ -119,6 +119,7 @@ history: {{enabled: false}}
 """
 
 
+@pytest.mark.slow
 def test_a_pipeline_runs_an_encoder_and_a_decoder_on_every_backend(write_pipeline, tmp_path):
     from mlbench.run import run
 
@@ -136,6 +137,7 @@ def test_a_pipeline_runs_an_encoder_and_a_decoder_on_every_backend(write_pipelin
     assert [o.name for o in onnx.verify.outputs] == ["output.last_hidden_state", "output.pooler_output"]
 
 
+@pytest.mark.slow
 def test_w8a8_on_a_transformer_leaves_its_integer_ops_alone(write_pipeline):
     from mlbench.run import run
 

@@ -46,6 +46,7 @@ def journal(tmp_path) -> list[dict]:
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS Core ML variants are timed")
+@pytest.mark.slow
 def test_untimed_variants_are_measured_beside_the_exports_and_faults_stay_their_own(write_pipeline, tmp_path):
     report = run(load_pipeline(write_pipeline(PIPELINE)), jobs=2)
     got = {r.variant_id: (r.status, r.error) for r in report.records}
@@ -78,6 +79,7 @@ def test_untimed_variants_are_measured_beside_the_exports_and_faults_stay_their_
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS Core ML variants are timed")
+@pytest.mark.slow
 def test_one_job_measures_the_same_variants_in_plan_order(write_pipeline, tmp_path):
     text = PIPELINE.replace("  - name: segv\n    source: " + f"{ROOT}/tests/faulty_models.py:Faulty\n"
                             "    kwargs: {fault: segfault}\n    inputs: [{name: x, shape: [1, 8]}]\n", "")
@@ -87,6 +89,7 @@ def test_one_job_measures_the_same_variants_in_plan_order(write_pipeline, tmp_pa
     assert records[0] == "tiny/torch/cpu/float32"  # no early phase with one job: the plan's order
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_the_export_phase_writes_a_partial_report(write_pipeline, tmp_path, capsys):
     (tmp_path / "interrupt.py").write_text(  # built fine (the export order reads its size); its forward interrupts
         "import torch\n\nclass Model(torch.nn.Module):\n    def forward(self, x):\n        raise KeyboardInterrupt\n")

@@ -78,6 +78,7 @@ def _packages(tmp_path, precision: str):
     return intact, zeroed
 
 
+@pytest.mark.slow
 def test_a_zeroed_package_of_a_small_output_model_fails_and_the_intact_one_passes(tmp_path):
     (tmp_path / "models.py").write_text(MODELS, encoding="utf-8")
     packages = {p: _packages(tmp_path, p) for p in ("float32", "float16")}
@@ -118,6 +119,7 @@ report: {{dir: out, formats: [json, markdown]}}
     assert "(outputs near 0: max_rel blind; SNR 0 dB)" in markdown
 
 
+@pytest.mark.slow
 def test_a_variant_whose_only_failing_check_is_the_emulated_one_is_a_failed_record(tmp_path, capsys):
     """Core ML off macOS has only the emulated verification: its failure must fail the variant, whatever the
     measured backends beside it say."""

@@ -1,14 +1,16 @@
 """The HTML report: one self-contained file with inline SVG charts — no script, no network.
 
-A pure function of a RunReport (and, optionally, earlier runs' figures from the history): latency
-per model, placement per variant, trends over runs (the charts are in `html_charts` and `html_trend`),
-then a table of the figures. Estimated figures are drawn hatched and carry `≈`, like the Markdown
-report; absent ones say why.
+A pure function of a RunReport (and, optionally, earlier runs' figures from the history): latency per
+model with each chip's estimate (`html_latency`), which variant to ship (`html_ship`), placement per model
+(`html_charts`), trends over runs (`html_trend`), a table of the headline figures, then every model's
+Markdown table, notes and backend sections as HTML (`html_markdown`): the HTML never shows less than the
+Markdown. Estimated figures are drawn hatched and carry `≈`, like the Markdown report; absent ones say why.
+Each section is one `*_section` function called from `render_html`: add a chart the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
@@ -19,21 +21,23 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
     PLOT_W,
     TREND_COLOR,
     TrendPoint,
+    fit_label,
     hatch_defs,
     label_width,
-    latency_chart,
-    latency_legend,
     placement_chart,
 )
 from mlbench.report.html_charts import value_of as _value
 from mlbench.report.html_memory import memory_section
+from mlbench.report.html_latency import latency_chart, latency_legend, not_timed_note
+from mlbench.report.html_markdown import to_html
+from mlbench.report.html_ship import ship_chart, ship_legend, wanted
 from mlbench.report.html_trend import trend_chart
-from mlbench.report.markdown import fmt_metric, variant_label
+from mlbench.report.markdown import fmt_metric, model_details, model_table, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;
-       margin: 24px auto; max-width: 1120px; padding: 0 16px; }
+       margin: 24px auto; max-width: 1280px; padding: 0 16px; }
 h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 32px; border-bottom: 1px solid #ddd; }
 h3.model { font-size: 15px; margin: 18px 0 2px; font-family: ui-monospace, Menlo, Consolas, monospace; }
 .meta { color: #555; } .legend span { display: inline-block; margin-right: 16px; }
@@ -45,22 +49,65 @@ table { border-collapse: collapse; margin-top: 8px; } th, td { padding: 3px 10px
        text-align: right; } th:first-child, td:first-child { text-align: left; font-family: ui-monospace, Menlo, monospace; }
 .failed { color: #c62828; font-weight: 600; } .skipped { color: #757575; }
 .trends { display: flex; flex-wrap: wrap; gap: 12px; }
+svg .value { font-size: 11px; } svg .head { font-weight: 600; } svg .star { font-size: 15px; fill: #f9a825; }
+.wide { overflow-x: auto; } table.md td, table.md th { text-align: left; white-space: nowrap; } table.md th { white-space: normal; }
+table.md th, table.md td { padding: 3px 6px; } table.md td.num { text-align: right; } table.md td.long { white-space: normal; min-width: 180px; }
+table.md code, p code, li code { font: 12px ui-monospace, Menlo, Consolas, monospace; background: #f5f5f5; }
+h4 { font-size: 15px; margin: 20px 0 4px; font-family: ui-monospace, Menlo, Consolas, monospace; }
+h5 { font-size: 13px; margin: 12px 0 4px; } details { margin: 6px 0; }
 """
+
+
+def by_model(records: Sequence[RunRecord]) -> dict[str, list[RunRecord]]:
+    grouped: dict[str, list[RunRecord]] = {}
+    for record in records:
+        grouped.setdefault(record.model, []).append(record)
+    return grouped
+
+
+def _label(records: Sequence[RunRecord]) -> tuple[int, Callable[[RunRecord], str]]:
+    """One left edge for every model's charts, and variant labels cut (from the left) to fit it."""
+    width = label_width([variant_label(r) for r in records])
+    return width, lambda r: fit_label(variant_label(r), width)
 
 
 def latency_section(records: Sequence[RunRecord]) -> list[str]:
     """One chart per model, each on its own scale: a fast model is never a sliver beside a slow one."""
-    by_model: dict[str, list[RunRecord]] = {}
-    for record in records:
-        by_model.setdefault(record.model, []).append(record)
-    parts = ['<p class="meta">Bar: median; whisker: best to p90 of the timed calls. Each model has its own '
+    parts = ['<p class="meta">Bar: median; whisker: best to p90 of the timed calls; a hatched bar per chip a '
+             "latency is estimated for, its whisker the estimate's error band. Each model has its own "
              "scale (the ticks above its chart), so compare bars within a model, and read the figures across "
-             "models.</p>", latency_legend()]
-    width = label_width([variant_label(r) for r in records])  # one left edge for every model's chart
-    for model, rows in by_model.items():
+             "models.</p>", latency_legend(records)]
+    width, label = _label(records)
+    for model, rows in by_model(records).items():
         parts.append(f'<h3 class="model">{escape(model)}</h3>')
-        parts.append(latency_chart(rows, label=variant_label, label_w=width))
+        parts.append(not_timed_note(rows))
+        parts.append(latency_chart(rows, label=label, label_w=width))
     return parts
+
+
+def ship_section(records: Sequence[RunRecord]) -> list[str]:
+    """Per model, latency beside size beside error: which variant to ship."""
+    width, label = _label(records)
+    charts = [f'<h3 class="model">{escape(model)}</h3>' + ship_chart(rows, label, width)
+              for model, rows in by_model(records).items() if wanted(rows)]
+    return [ship_legend(), *charts] if charts else []
+
+
+def placement_section(records: Sequence[RunRecord]) -> list[str]:
+    """Per model, one 100% bar per variant with a placement; the legend once, above the first chart."""
+    width, label = _label(records)
+    charts: list[str] = []
+    for model, rows in by_model(records).items():
+        if any(_value(r, f"{p}{d}") for r in rows for p in ("placement.", "placement.count.") for d in devices()):
+            charts.append(f'<h3 class="model">{escape(model)}</h3>'
+                          + placement_chart(rows, label=label, label_w=width, legend=not charts))
+    return charts or [placement_chart([])]
+
+
+def figures_section(report: RunReport) -> list[str]:
+    """Every model's full Markdown table (no column folded away), its notes and its backends' sections."""
+    return [to_html([*model_table(model, rows, max_columns=10_000), *model_details(rows, report.artifacts)])
+            for model, rows in by_model(report.records).items()]
 
 
 def _table(records: Sequence[RunRecord]) -> str:
@@ -90,7 +137,11 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     from types import SimpleNamespace
 
     machine = report.machine
-    machine_text = " · ".join(str(machine[k]) for k in ("os", "arch", "cpu") if machine.get(k))
+    machine_text = " · ".join(str(machine[k]) for k in ("os", "os_release", "arch", "cpu") if machine.get(k))
+    machine_text += f" ({machine['cpu_count']} cores)" if machine.get("cpu_count") else ""
+    machine_text += f" · Python {machine['python']}" if machine.get("python") else ""
+    packages = ", ".join(f"{k} {v}" for k, v in machine.get("packages", {}).items() if v)
+    latency = report.settings.get("latency", {})
     summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     title = f"mlbench: {report.pipeline.name}"
     body = [hatch_defs(), f"<h1>{escape(title)}</h1>",
@@ -100,7 +151,10 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
             "<b>†</b> (emulated: mlbench's interpreter ran the saved program; it checks what the program computes, "
             "not what the device's arithmetic adds) or <b>‡</b> (reference: a vendor's reference runtime ran the saved "
             "program on this machine's CPU: its numerics, never a device's latency); a figure that could not be had is shown with its reason, never "
-            "as zero.</p>"]
+            "as zero.</p>",
+            f'<p class="meta">{escape(packages)}' + (f". Latency: {latency.get('warmup')} warmup calls thrown away, "
+                                                    f"then at least {latency.get('repeats')} calls and "
+                                                    f"{latency.get('min_time_s')} s." if latency else "") + "</p>"]
     if report.finished is None:
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')
 
@@ -109,8 +163,12 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     from mlbench.report.html_generate import generation_html  # a generative model's charts (none otherwise)
 
     body += generation_html(report.records)
+    ship = ship_section(report.records)
+    if ship:
+        body.append("<h2>Which variant to ship</h2>")
+        body += ship
     body.append("<h2>Placement per variant</h2>")
-    body.append(placement_chart(report.records))
+    body += placement_section(report.records)
     body.append("<h2>Memory and latency per model</h2>")
     body += memory_section(report.records)
 
@@ -135,6 +193,10 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
         body.append('<p class="meta">No earlier runs of this pipeline in the history yet.</p>')
     body.append("<h2>Figures</h2>")
     body.append(_table(report.records))
+    body.append("<h2>Every figure, per model</h2>")
+    body.append('<p class="meta">The Markdown report\'s tables with none of their columns folded away, and '
+                "their notes.</p>")
+    body += figures_section(report)
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")

@@ -1,7 +1,7 @@
 """The HTML report's inline SVG charts: latency per model, placement per variant, trends over runs.
 
-- Latency: one chart per model, each on its own linear scale, so a 0.02 ms model is not a 1-px sliver
-  beside a 30 ms one; a bar to the median, a whisker from best to p90.
+- Latency (`html_latency`): one chart per model, each on its own linear scale, so a 0.02 ms model is not
+  a 1-px sliver beside a 30 ms one; a bar to the median, a whisker from best to p90, a bar per estimate.
 - Placement: one 100% bar per variant, split by device.
 - Trend: one variant's median over runs against their dates, on an axis that starts at zero, so a
   0.5% wobble looks like one.
@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from mlbench.backends.registry import devices
-from mlbench.metrics import ESTIMATE_MARK, estimate_mark
-from mlbench.metrics import format_ms as fmt_ms
+from mlbench.metrics import ESTIMATE_MARK
 from mlbench.records import COUNT_SHARE, Metric, RunRecord, Source
 from mlbench.report.text import counted
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
@@ -27,6 +26,8 @@ UNKNOWN_COLOR = "#bdbdbd"
 LATENCY_COLOR = "#5e35b1"
 WHISKER_COLOR = "#212121"
 TREND_COLOR = "#00838f"
+CHIP_COLORS = ("#ef6c00", "#2e7d32", "#ad1457", "#0277bd")
+"""One colour per chip a latency is estimated on, in the order the records name them (`est-chip<i>` hatches)."""
 
 LABEL_W = 400  # room for ids like mobilenet_v3_small/onnxruntime/float32/cpu in 12 px monospace
 PLOT_W = 520
@@ -77,6 +78,13 @@ def label_width(labels: Sequence[str]) -> int:
     return int(max(140, min(LABEL_W, 16 + 7.3 * max((len(t) for t in labels), default=0))))
 
 
+def fit_label(text: str, width: int) -> str:
+    """`text` cut to fit `width` px of 12 px monospace (as `label_width` counts), keeping its end, where
+    variant labels differ: `…float16/cpu_and_gpu/palettize4`. The whole text goes in the label's tooltip."""
+    room = int((width - 15) / 7.3)  # label_width's own sum, rounded down to a whole px
+    return text if len(text) <= room else "…" + text[len(text) - room + 1:]
+
+
 def hatch_id(name: str) -> str:
     return f"est-{name}"
 
@@ -89,7 +97,8 @@ def _tint(color: str, amount: float = 0.7) -> str:
 
 def hatch_defs() -> str:
     """One hidden SVG defining a hatch per colour (latency, each device), shared by every chart on the page."""
-    colors = {"latency": LATENCY_COLOR, **{d.name: d.color for d in devices().values()}}
+    colors = {"latency": LATENCY_COLOR, **{d.name: d.color for d in devices().values()},
+              **{f"chip{i}": color for i, color in enumerate(CHIP_COLORS)}}
     patterns = "".join(
         f'<pattern id="{hatch_id(name)}" width="6" height="6" patternUnits="userSpaceOnUse" '
         f'patternTransform="rotate(45)"><rect width="6" height="6" fill="{_tint(color)}"/>'
@@ -103,64 +112,6 @@ def swatch(fill: str) -> str:
     return f'<svg class="swatch" width="12" height="12"><rect width="12" height="12" fill="{fill}"/></svg>'
 
 
-def latency_chart(records: Sequence[RunRecord], label=lambda r: r.variant_id, label_w: int = LABEL_W) -> str:
-    """Bars to the median with a best–p90 whisker, one row per variant, on this chart's own scale."""
-    rows = []
-    for record in records:
-        rows.append((record, value_of(record, "latency.median"), value_of(record, "latency.best"),
-                     value_of(record, "latency.p90")))
-    top = max([m.value for _, m, _, p in rows if m] + [p.value for _, m, _, p in rows if p] + [0.0])
-    axis_max = nice_max(top * 1.05)
-    width = label_w + PLOT_W + VALUE_W
-    height = TOP + ROW_H * len(rows) + 10
-    x = lambda v: label_w + PLOT_W * v / axis_max  # noqa: E731
-    parts = [f'<svg class="chart latency" role="img" aria-label="Latency per variant" width="{width}" '
-             f'height="{height}" viewBox="0 0 {width} {height}">']
-    for i in range(5):
-        tick = axis_max * i / 4
-        parts.append(f'<line x1="{x(tick):.1f}" y1="{TOP - 6}" x2="{x(tick):.1f}" y2="{height - 10}" stroke="#eee"/>')
-        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{_num(tick)} ms</text>')
-    for i, (record, median, best, p90) in enumerate(rows):
-        y = TOP + i * ROW_H
-        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 17}" text-anchor="end">'
-                     f'{escape(label(record))}</text>')
-        if median is None:
-            if record.status != "ok":
-                why = f"{record.status}: {record.error or ''}"
-            else:
-                absent = record.metrics.get("latency.median")
-                why = f"not timed: {absent.reason if absent is not None else 'no latency in this record'}"
-            parts.append(f'<text class="muted" x="{label_w + 4}" y="{y + 17}">{escape(why[:110])}</text>')
-            continue
-        fill = f"url(#{hatch_id('latency')})" if median.source == "estimated" else LATENCY_COLOR
-        tip = (f"{record.variant_id}: median {fmt_ms(median.value)} ms, best {fmt_ms(best.value if best else None)} ms, "
-               f"p90 {fmt_ms(p90.value if p90 else None)} ms ({median.source})")
-        parts.append(f'<rect class="bar median {median.source}" x="{label_w}" y="{y + 5}" '
-                     f'width="{max(x(median.value) - label_w, 1):.1f}" height="{ROW_H - 10}" fill="{fill}" '
-                     f'fill-opacity="0.85"><title>{escape(tip)}</title></rect>')
-        if best is not None and p90 is not None:
-            x1, x2, ym = x(best.value), x(p90.value), y + ROW_H / 2
-            parts.append(f'<g class="whisker" stroke="{WHISKER_COLOR}" stroke-width="1.5"><title>{escape(tip)}</title>'
-                         f'<line x1="{x1:.1f}" y1="{ym}" x2="{x2:.1f}" y2="{ym}"/>'
-                         f'<line x1="{x1:.1f}" y1="{ym - 6}" x2="{x1:.1f}" y2="{ym + 6}"/>'
-                         f'<line x1="{x2:.1f}" y1="{ym - 6}" x2="{x2:.1f}" y2="{ym + 6}"/></g>')
-        text = f"{estimate_mark(median.source)}{fmt_ms(median.value)} ms"
-        if best is not None and p90 is not None:
-            text += f"  ({fmt_ms(best.value)}–{fmt_ms(p90.value)})"
-        parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{y + 17}">{escape(text)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def latency_legend() -> str:
-    hatched = swatch(f"url(#{hatch_id('latency')})")
-    return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}measured median</span>'
-            f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>'
-            '<span><svg class="swatch" width="18" height="12"><g stroke="#212121" stroke-width="1.5">'
-            '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="1" x2="1" y2="11"/><line x1="17" y1="1" x2="17" '
-            'y2="11"/></g></svg>best to p90</span></p>')
-
-
 def _share_prefix(record: RunRecord) -> str | None:
     """Which shares a variant's bar shows: of the cost (`placement.`), else of the compute operations
     (`placement.count.`) where nothing said what each operation costs, else none."""
@@ -170,7 +121,8 @@ def _share_prefix(record: RunRecord) -> str | None:
     return None
 
 
-def placement_chart(records: Sequence[RunRecord]) -> str:
+def placement_chart(records: Sequence[RunRecord], label=lambda r: r.variant_id, label_w: int = LABEL_W,
+                    legend: bool = True) -> str:
     """One 100% bar per variant with a placement, split by device (hatched where estimated); the rest unknown.
     A bar is the share of the cost; a variant whose placement has no cost per operation shows its share of
     the operations instead, and its label says so."""
@@ -178,18 +130,18 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
     rows = [r for r in records if _share_prefix(r) is not None]
     if not rows:
         return '<p class="meta">No variant in this run reports where its operations run.</p>'
-    width = LABEL_W + PLOT_W + VALUE_W
+    width = label_w + PLOT_W + VALUE_W
     height = TOP + ROW_H * len(rows) + 10
     parts = [f'<svg class="chart placement" role="img" aria-label="Placement per variant" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}">']
     for pct in (0, 25, 50, 75, 100):
-        px = LABEL_W + PLOT_W * pct / 100
+        px = label_w + PLOT_W * pct / 100
         parts.append(f'<line x1="{px:.1f}" y1="{TOP - 6}" x2="{px:.1f}" y2="{height - 10}" stroke="#eee"/>')
         parts.append(f'<text x="{px:.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{pct}%</text>')
     for i, record in enumerate(rows):
         y = TOP + i * ROW_H
-        parts.append(f'<text class="label" x="{LABEL_W - 8}" y="{y + 17}" text-anchor="end">'
-                     f'{escape(record.variant_id)}</text>')
+        parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 17}" text-anchor="end">'
+                     f'{escape(label(record))}<title>{escape(record.variant_id)}</title></text>')
         left = 0.0
         sources = set()
         shares = []
@@ -206,24 +158,24 @@ def placement_chart(records: Sequence[RunRecord]) -> str:
                 shares.append(f"{device_info.short} {metric.value * 100:.0f}%")
             fill = f"url(#{hatch_id(device)})" if metric.source == "estimated" else device_info.color
             if share > 0:
-                parts.append(f'<rect class="seg {device} {metric.source}" x="{LABEL_W + PLOT_W * left:.1f}" '
+                parts.append(f'<rect class="seg {device} {metric.source}" x="{label_w + PLOT_W * left:.1f}" '
                              f'y="{y + 5}" width="{PLOT_W * share:.1f}" height="{ROW_H - 10}" fill="{fill}">'
                              f'<title>{escape(f"{record.variant_id}: {name} {metric.value * 100:.1f}% of {of} ({metric.source})")}'
                              f'</title></rect>')
             left += share
         if left < 0.999:
-            parts.append(f'<rect class="seg unknown" x="{LABEL_W + PLOT_W * left:.1f}" y="{y + 5}" '
+            parts.append(f'<rect class="seg unknown" x="{label_w + PLOT_W * left:.1f}" y="{y + 5}" '
                          f'width="{PLOT_W * (1 - left):.1f}" height="{ROW_H - 10}" fill="{UNKNOWN_COLOR}">'
                          f'<title>{escape(f"{record.variant_id}: unknown {(1 - left) * 100:.1f}%")}</title></rect>')
         mark = ESTIMATE_MARK if "estimated" in sources else ""
         switches = value_of(record, "placement.switches")
         text = (f"{mark}{' '.join(shares)}" + (" of ops" if of == "ops" else "")
                 + (f", {counted(switches.value, 'switch', 'switches')}" if switches else ""))
-        parts.append(f'<text x="{LABEL_W + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
+        parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{y + 17}" class="muted">{escape(text[:44])}</text>')
     parts.append("</svg>")
-    legend = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
-    legend += f'<span>{swatch(UNKNOWN_COLOR)}unknown</span>'
+    keys = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
+    keys += f'<span>{swatch(UNKNOWN_COLOR)}unknown</span>'
     hatched = swatch(f"url(#{hatch_id(next(iter(known)).name)})")
-    legend += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
-    legend += "<span>bars: share of the cost (of ops where the label says so)</span>"
-    return f'<p class="legend">{legend}</p>' + "".join(parts)
+    keys += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
+    keys += "<span>bars: share of the cost (of ops where the label says so)</span>"
+    return (f'<p class="legend">{keys}</p>' if legend else "") + "".join(parts)

@@ -12,7 +12,7 @@ from mlbench.backends.registry import devices, specs
 from mlbench.backends.spec import load_attr
 from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
 from mlbench.records import Metric, RunRecord, RunReport
-from mlbench.report.markdown_layout import COMMENT_LIMIT, Column, Section, fit_comment, render_table
+from mlbench.report.markdown_layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
 from mlbench.report.text import md_cell, md_code, md_inline
 from mlbench.units import human_bytes
 
@@ -189,12 +189,13 @@ def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str
     return [*model_table(model, records), *model_details(records, artifacts)]
 
 
-def model_table(model: str, records: list[RunRecord]) -> list[str]:
-    """The model's heading and its table (folded columns included): what a comment keeps longest."""
+def model_table(model: str, records: list[RunRecord], max_columns: int = MAX_COLUMNS) -> list[str]:
+    """The model's heading and its table (folded columns included): what a comment keeps longest.
+    `max_columns`: how many stay out of the fold (the HTML report shows them all)."""
     from mlbench.report.generate_markdown import generation_section  # a generative model's table (else nothing)
 
     baseline = baseline_for(records)
-    lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records))]
+    lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records), max_columns)]
     generation = generation_section(records)
     vs_eager = (f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)." if baseline else
                 "_vs eager_: see the generation table (decode per token at each prompt length)." if generation else
