@@ -27,9 +27,9 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
     placement_chart,
 )
 from mlbench.report.html_charts import value_of as _value
-from mlbench.report.html_memory import memory_section
 from mlbench.report.html_latency import latency_chart, latency_legend, not_timed_note
 from mlbench.report.html_markdown import to_html
+from mlbench.report.html_memory import memory_section
 from mlbench.report.html_ship import ship_chart, ship_legend, wanted
 from mlbench.report.html_trend import trend_chart
 from mlbench.report.markdown import fmt_metric, model_details, model_table, variant_label
