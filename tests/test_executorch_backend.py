@@ -225,7 +225,8 @@ def test_the_coreml_delegates_embedded_program_is_analysed_like_a_coreml_target(
     assert "latency.estimated.m1" not in et_records(report)["xnnpack/float32/none"].metrics
 
 
-def test_estimate_on_names_known_chips_and_needs_the_coreml_delegate(write_pipeline):
+def test_estimate_on_names_known_chips_and_needs_the_coreml_delegate(write_pipeline, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")  # validate reads the model file
     path = write_pipeline(PIPELINE.replace("estimate_on: [m1, a17pro]", "estimate_on: [m1, m9]"))
     with pytest.raises(Exception) as info:
         load_pipeline(path)
@@ -269,7 +270,8 @@ def test_a_model_torch_export_cannot_capture_fails_in_one_line(write_pipeline, t
     assert "\n" not in record.error
 
 
-def test_recipes_need_xnnpack_alone_and_float32(write_pipeline):
+def test_recipes_need_xnnpack_alone_and_float32(write_pipeline, tmp_path):
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")  # validate reads the model file
     path = write_pipeline(PIPELINE.replace("    optimize: q8", "    delegate: [xnnpack, portable]\n    optimize: q8"))
     with pytest.raises(Exception) as info:
         load_pipeline(path)
