@@ -187,6 +187,7 @@ def mac(tmp_path, monkeypatch):
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_calibrating_on_measured_runs_recovers_the_true_profile(exported, mac, tmp_path, capsys, monkeypatch):
     report = mac(["a", "b", "c", "d", "e"], exported=exported)
     assert cli_main(["calibrate", str(report), "--out", str(tmp_path / "profiles")]) == 0
@@ -308,6 +309,7 @@ def reviewed_profile(folder: Path) -> None:
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(write_pipeline, tmp_path):
     from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run

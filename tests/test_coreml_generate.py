@@ -180,6 +180,7 @@ report: {{dir: out, formats: [json, markdown]}}
 
 
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the Linux path (estimated and emulated)")
+@pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_a_pipeline_exports_once_and_reports_emulated_and_estimated_generation(tmp_path):
     from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run

@@ -77,6 +77,7 @@ def test_another_backends_recipe_is_refused_on_a_coreml_target(write_pipeline):
 
 
 @pytest.mark.torch
+@pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_int4_blocks_w8a8_and_joint_compression_shrink_the_weights_and_stay_correct(write_pipeline):
     from mlbench.run import run
 

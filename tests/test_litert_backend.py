@@ -172,6 +172,7 @@ report: {{dir: out, formats: [json]}}
 """
 
 
+@pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_token_inputs_two_outputs_and_one_export_per_shape(write_pipeline):
     report = run(load_pipeline(write_pipeline(TEXT)))
     recs = {r.variant_id: r for r in report.records}
