@@ -18,8 +18,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from mlbench.backends.coreai.recipes import resolve, unsupported
-from mlbench.backends.coreml.chips import ChipId, builtin_chips
-from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, suggest, unknown_recipe
+from mlbench.backends.coreml.chips import ChipId, builtin_chips, estimate_on_problems
+from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, unknown_recipe
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
 
@@ -60,13 +60,7 @@ class CoreaiTarget(TargetBase):
     def check(self, config: Any) -> list[tuple[tuple[str | int, ...], str]]:
         """Recipe names exist and coreai-opt can apply each of them."""
         problems: list[tuple[tuple[str | int, ...], str]] = []
-        chips = list(builtin_chips())
-        for i, chip_id in enumerate(self.estimate_on):
-            if chip_id in self.estimate_on[:i]:
-                problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
-            elif chip_id not in chips:
-                problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
-                                 f"(known: {', '.join(chips)})"))
+        problems += estimate_on_problems(self.estimate_on, list(builtin_chips()))
         if self.package is not None:
             if self.optimize != [NO_OPTIMIZATION]:
                 problems.append((("optimize",), "an existing asset is verified as it is: optimize stays none"))

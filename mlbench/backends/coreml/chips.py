@@ -163,3 +163,18 @@ def chip_for_machine(brand: str | None, profiles: dict[str, ChipProfile]) -> str
         if profile.name.lower() == name:
             return chip_id
     return None
+
+
+def estimate_on_problems(estimate_on: list[str], chips: list[str], hint: str = "") -> list[tuple[tuple[str | int, ...], str]]:
+    """`estimate_on` entries listed twice or naming no known chip (`hint`: how to add one): one check for
+    every target that estimates on Apple chips."""
+    from mlbench.config.base import suggest
+
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    for i, chip_id in enumerate(estimate_on):
+        if chip_id in estimate_on[:i]:
+            problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
+        elif chip_id not in chips:
+            problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
+                             f"(known: {', '.join(chips)}{hint})"))
+    return problems

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
-from mlbench.backends.coreml.chips import ChipId, ChipProfile, builtin_chips
+from mlbench.backends.coreml.chips import ChipId, ChipProfile, builtin_chips, estimate_on_problems
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
 from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest, unknown_recipe
 
@@ -183,13 +183,8 @@ class CoremlTarget(TargetBase):
             if chip_id in builtin:
                 problems.append((("chip_profiles", chip_id), f"chip '{chip_id}' is one of mlbench's profiles; "
                                  "give yours another id"))
-        chips = [*builtin, *self.chip_profiles]
-        for i, chip_id in enumerate(self.estimate_on):
-            if chip_id in self.estimate_on[:i]:
-                problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
-            elif chip_id not in chips:
-                problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
-                                 f"(known: {', '.join(chips)}; add your own under chip_profiles)"))
+        problems += estimate_on_problems(self.estimate_on, [*builtin, *self.chip_profiles],
+                                         "; add your own under chip_profiles")
         for name in self.optimize:
             recipe = recipes.get(name)
             if isinstance(recipe, ChainRecipe):

@@ -86,15 +86,9 @@ class ExecutorchTarget(TargetBase):
                 problems.append((("optimize", i), f"unknown xnnpack_quantize optimization '{name}'"
                                  f"{suggest(name, names)} (known: {', '.join(names)})"))
         if self.estimate_on:
-            from mlbench.backends.coreml.chips import builtin_chips  # the chip profiles Core ML estimates use
+            from mlbench.backends.coreml.chips import builtin_chips, estimate_on_problems  # Core ML's chip profiles
 
-            chips = list(builtin_chips())
-            for i, chip_id in enumerate(self.estimate_on):
-                if chip_id in self.estimate_on[:i]:
-                    problems.append((("estimate_on", i), f"chip '{chip_id}' is listed twice"))
-                elif chip_id not in chips:
-                    problems.append((("estimate_on", i), f"unknown chip '{chip_id}'{suggest(chip_id, chips)} "
-                                     f"(known: {', '.join(chips)})"))
+            problems += estimate_on_problems(self.estimate_on, list(builtin_chips()))
             if "coreml" not in self.delegate:
                 problems.append((("estimate_on",), "estimate_on estimates the Core ML delegate's programs; add "
                                  "coreml to delegate or drop estimate_on"))
