@@ -65,8 +65,9 @@ class BackgroundLoad:
 
 
 def pipelines(tmp: Path):
-    from mlbench.config.load import Pipeline, load_pipeline
     from mlbench.config.pipeline import HistorySettings, ReportSettings
+    from mlbench.config.pipeline_file import Pipeline
+    from mlbench.validate import load_pipeline
 
     out = []
     for path, side in ((BASE, "base"), (HEAD, "head")):
@@ -78,7 +79,7 @@ def pipelines(tmp: Path):
 
 
 def with_repeats(pipeline, repeats: int, warmup: int):
-    from mlbench.config.load import Pipeline
+    from mlbench.config.pipeline_file import Pipeline
 
     latency = pipeline.config.latency.model_copy(update={"repeats": repeats, "warmup": warmup, "min_time_s": 0.0})
     return Pipeline(config=pipeline.config.model_copy(update={"latency": latency}), path=pipeline.path,

@@ -24,10 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlbench.config.load import Pipeline, load_pipeline
 from mlbench.config.pipeline import CacheSettings, HistorySettings, ReportSettings
+from mlbench.config.pipeline_file import Pipeline
 from mlbench.matrix import Plan, expand
 from mlbench.run.runner import run
+from mlbench.validate import load_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -6,7 +6,7 @@ Each row of benchmarks/calibration/coreml_latency.csv (the only figures the mode
 is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
 and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
 mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
-(mlbench/backends/coreml/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
+(mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
 fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
 A chip without rows uses one set of parameters pooled over every row (`fit.parameters`, round 2's
@@ -32,7 +32,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from calibration_models import ROWS_PATH, Row, analysis_for, load_rows
 
-from mlbench.backends.coreml.calibration.fitting import (
+from mlbench.backends.apple.calibration.fitting import (
     Case,
     calibrate_cases,
     candidates,
@@ -42,10 +42,10 @@ from mlbench.backends.coreml.calibration.fitting import (
     parameters,
     with_groups,
 )
-from mlbench.backends.coreml.calibration.fitting import fit as fit_values
-from mlbench.backends.coreml.calibration.priors import PRIORS, prior_values
-from mlbench.backends.coreml.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
-from mlbench.backends.coreml.placement import estimate_placement
+from mlbench.backends.apple.calibration.fitting import fit as fit_values
+from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
+from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
+from mlbench.backends.apple.placement import estimate_placement
 
 PRIOR_WEIGHT = 0.3  # residual weight of log(parameter / prior): weak next to a row's log ratio
 

@@ -93,7 +93,7 @@ def analysis_for(row: Row, *, verbose: bool = True):
     """The row's ProgramAnalysis, from the cache or by exporting it now. Raises on export failure."""
     import torch
 
-    from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+    from mlbench.backends.apple.analysis import ProgramAnalysis, analyse_package
     from mlbench.backends.coreml.export import export_coreml
 
     path = cache_dir() / f"{row.model}-{row.precision}-{_key(row)}.json"

@@ -72,8 +72,8 @@ def pipeline(models: list[str], repeats: int, min_time_s: float, folder: Path,
 def sweep(models: list[str], repeats: int, min_time_s: float, runtimes: list[str] | None = None,
           threads: int = 1) -> dict[tuple[str, str], tuple[float | None, float | None, str]]:
     """(model, backend) → (median ms, p90 ms, status or error)."""
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     with tempfile.TemporaryDirectory(prefix="mlbench-executorch-vs-") as tmp:
         path = Path(tmp) / "pipeline.yaml"  # JSON is YAML

@@ -43,7 +43,7 @@ def timed_run(pipeline: Path, jobs: int) -> tuple[float, dict[str, float]]:
         wall = time.perf_counter() - t0
         if done.returncode not in (0, 1):  # 1: a variant failed (its verification, say): the exports ran
             raise SystemExit(f"mlbench run --jobs {jobs} exited with {done.returncode}")
-        from mlbench.config.load import load_pipeline
+        from mlbench.validate import load_pipeline
 
         report = json.loads((load_pipeline(pipeline).report_dir / "report.json").read_text())
         return wall, report["stage_seconds"]
@@ -78,10 +78,10 @@ def export_overhead(pipeline_path: Path) -> list[tuple[str, float, float]]:
 
     from mlbench.backends.coreml.deployment import check_deployment_target
     from mlbench.backends.coreml.target import recipe_dict
-    from mlbench.config.load import load_pipeline
     from mlbench.matrix import Plan, expand
     from mlbench.run.tasks import WorkContext
     from mlbench.store.cache import ArtifactCache
+    from mlbench.validate import load_pipeline
 
     pipeline = load_pipeline(pipeline_path)
     config = pipeline.config

@@ -677,8 +677,8 @@ class Outcome:
 
 
 def evaluate(entry: dict[str, Any], cache: Path, dump: bool) -> Outcome:
-    from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.backends.coreml.placement import estimate_placement
+    from mlbench.backends.apple.analysis import analyse_package
+    from mlbench.backends.apple.placement import estimate_placement
 
     started = time.perf_counter()
     clauses = entry["expect"] if isinstance(entry["expect"], list) else [entry["expect"]]

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--models", help="comma-separated model names, 'torchvision' or 'transformers' (default: both)")
     parser.add_argument("--limit", type=int, help="at most this many models (in the order chosen)")
     args = parser.parse_args(argv)
-    from mlbench.backends.coreml.messages import import_coremltools
+    from mlbench.backends.apple.coremltools_messages import import_coremltools
 
     import_coremltools()  # quiet the import warnings once
     rows = [Row(name, params) for name, params in select(args.models, args.limit)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import signal
 from pathlib import Path
 
 
@@ -69,3 +70,22 @@ def one_line(text: str, limit: int = 200) -> str:
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text
+
+
+SIGNAL_MEANING = {"SIGSEGV": "segmentation fault", "SIGBUS": "bus error", "SIGABRT": "abort",
+                   "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction",
+                   "SIGKILL": "the system's out-of-memory killer, or another process"}
+
+
+def exit_cause(returncode: int | None) -> str:
+    """`was killed by SIGSEGV (segmentation fault)` or `exited with code 3`."""
+    if returncode is None:
+        return "stopped answering"
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        meaning = SIGNAL_MEANING.get(name)
+        return f"was killed by {name}" + (f" ({meaning})" if meaning else "")
+    return f"exited with code {returncode}"

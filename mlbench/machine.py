@@ -42,7 +42,7 @@ def package_version(package: str) -> str | None:
 
 
 def packages() -> tuple[str, ...]:
-    from mlbench.backends.registry import packages as backend_packages
+    from mlbench.plugins.registry import packages as backend_packages
 
     return tuple(dict.fromkeys([CORE_PACKAGES[0], *backend_packages(), *CORE_PACKAGES[1:]]))
 
@@ -63,3 +63,14 @@ def snapshot() -> dict[str, object]:
         # mlbench's own version from the code that runs (its distribution is called mlbench-ondevice)
         "packages": {name: __version__ if name == "mlbench" else package_version(name) for name in packages()},
     }
+
+
+def machine_words(machine: dict) -> str:
+    parts = [machine.get("os"), machine.get("arch"), machine.get("cpu")]
+    return " ".join(str(p) for p in parts if p) or "unknown machine"
+
+
+def machine_key(machine: dict) -> tuple:
+    """What makes two runs' machines alike: OS, architecture, CPU model and count (not the hostname,
+    so two ephemeral CI runners of one kind count as one machine)."""
+    return (machine.get("os"), machine.get("arch"), machine.get("cpu"), machine.get("cpu_count"))

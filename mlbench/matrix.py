@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlbench.config.base import SHAPE_AXIS
-from mlbench.generate.spec import PROMPT_AXIS, prompt_length
+from mlbench.config.generate import PROMPT_AXIS, prompt_length
 
 if TYPE_CHECKING:
     from mlbench.config.base import TargetBase

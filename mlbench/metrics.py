@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from mlbench.backends.spec import MetricFamily
+from mlbench.plugins.spec import MetricFamily
 from mlbench.records import COUNT_SHARE
 
 Better = Literal["lower", "higher"]
@@ -76,7 +76,7 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("memory.kv_cache", "bytes", "KV cache", "lower", compared=True),
     MetricInfo("verify.token_agreement", "ratio", "token agreement", "higher", compared=True),
     MetricInfo("verify.logits_max_rel", "rel", "logits max_rel", "lower", compared=True),
-    # memory (mlbench/memory.py measures; Core ML's estimate: backends/coreml/analysis/memory.py)
+    # memory (mlbench/memory.py measures; Core ML's estimate: backends/coreml/memory_estimate.py)
     MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=True,
                describe="resident memory at the predictions' peak, above the level before loading (‡: in the "
                "vendor's reference runtime on this machine's CPU, not a device)", noise_floor=(0.05, 4e6)),
@@ -90,7 +90,7 @@ _CORE: tuple[MetricInfo, ...] = (
 @functools.cache
 def catalog() -> dict[str, MetricInfo]:
     """Every known metric by name, in display order."""
-    from mlbench.backends.registry import devices
+    from mlbench.plugins.registry import devices
 
     known = devices().values()
     placement = [
@@ -120,7 +120,7 @@ def info(name: str) -> MetricInfo | None:
     known = catalog().get(name)
     if known is not None:
         return known
-    from mlbench.backends.registry import metric_families
+    from mlbench.plugins.registry import metric_families
 
     for family in (*GENERATIVE_ESTIMATES, *metric_families()):
         suffix = name[len(family.prefix):] if name.startswith(family.prefix) else None
@@ -132,7 +132,7 @@ def info(name: str) -> MetricInfo | None:
 
 def known_names() -> list[str]:
     """Every metric name a rule may use, families as `prefix<id>` patterns (for "did you mean")."""
-    from mlbench.backends.registry import metric_families
+    from mlbench.plugins.registry import metric_families
 
     return [*catalog(), *(f"{f.prefix}<{f.placeholder}>" for f in (*GENERATIVE_ESTIMATES, *metric_families()))]
 

@@ -91,7 +91,7 @@ def _fields(dumped: dict[str, Any], variant: Variant) -> tuple[dict[str, Any], d
     target = targets[variant.target_index] if variant.target_index < len(targets) else {}
     artifact: dict[str, Any] = {"seed": dumped["seed"]}
     artifact.update(_flat({k: v for k, v in model.items() if k != "name"}, "model"))
-    from mlbench.backends.registry import specs
+    from mlbench.plugins.registry import specs
 
     options = json.loads(variant.fixed)
     only_measured = specs()[variant.backend].target.measurement_options

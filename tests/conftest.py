@@ -165,8 +165,8 @@ def core_ml_tiny_run(tmp_path_factory):
     """One run of the tiny CNN through Core ML (2 exports serve 8 variants, estimated on two chips) beside eager
     PyTorch, shared by the tests that only read what such a run reports: (report, its folder). Built once per
     test process; its cache and history stay in its own folder, like every test's."""
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     root = tmp_path_factory.mktemp("core-ml-tiny")
     path = root / "pipeline.yaml"

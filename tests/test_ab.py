@@ -12,8 +12,8 @@ import pytest
 from mlbench.backends.base import VariantSkipped
 from mlbench.cli.main import main
 from mlbench.compare.rules import parse_rules
-from mlbench.config.load import load_pipeline
 from mlbench.run.ab import AbSettings, run_ab
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from mlbench.backends.registry import devices, specs
+from mlbench.plugins.registry import devices, specs
 
 PACKAGE = Path(__file__).resolve().parent.parent / "mlbench"
 

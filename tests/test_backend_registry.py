@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from mlbench.backends.registry import devices, specs
 from mlbench.compare.comparison import default_rules
 from mlbench.metrics import catalog
+from mlbench.plugins.registry import devices, specs
 
 TOY = Path(__file__).resolve().parent / "toy_backend"
 ROOT = Path(__file__).resolve().parent.parent

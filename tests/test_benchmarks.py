@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mlbench.config.load import load_pipeline
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch  # both scripts run real models

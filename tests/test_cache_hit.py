@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")

@@ -65,8 +65,8 @@ def test_the_digest_follows_the_kwargs_the_source_and_the_inputs(tmp_path):
 @pytest.mark.slow
 def test_two_models_from_one_factory_never_share_an_export(write_pipeline, tmp_path):
     """Before: the second model hit the first one's .onnx and failed verification (max_rel 0.667)."""
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     write_factory(tmp_path)
     path = write_pipeline(textwrap.dedent("""\

@@ -17,7 +17,7 @@ import yaml
 
 from mlbench.cli.main import build_parser
 from mlbench.cli.main import main as cli_main
-from mlbench.config.load import load_pipeline
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 CI = ROOT / "examples" / "ci"

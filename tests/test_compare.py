@@ -200,8 +200,8 @@ def test_different_machines_are_warned_about():
 
 @pytest.fixture(scope="module")
 def two_runs(tmp_path_factory):
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
     from tests.conftest import ROOT, TINY_PIPELINE
 
     folder = tmp_path_factory.mktemp("runs")

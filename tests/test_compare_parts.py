@@ -14,12 +14,11 @@ from mlbench.compare.comparison import (
     compare,
     default_rules,
     describe_change,
-    machine_key,
-    machine_words,
     parse_rule,
     parse_rules,
 )
 from mlbench.compare.noise import NoiseTest, mann_whitney_u, ratio_interval
+from mlbench.machine import machine_key, machine_words
 from mlbench.metrics import known_names
 from mlbench.records import Metric
 from tests.test_compare import rec, run_of

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, Totals
 from mlbench.backends.coreml import backend, compute_plan
-from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, Totals
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.compute_plan import plan_operations
 from tests.conftest import ROOT

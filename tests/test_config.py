@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from mlbench.config.load import PipelineInvalid, load_pipeline
+from mlbench.config.pipeline_file import PipelineInvalid
 from mlbench.errors import UserError
+from mlbench.validate import load_pipeline
 
 ISSUE_EXAMPLE = """\
 # yaml-language-server: $schema=../schemas/pipeline.schema.json

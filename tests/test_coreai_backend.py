@@ -10,9 +10,9 @@ import pytest
 
 from mlbench.backends.coreai.availability import unavailable
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.torch, pytest.mark.coreai,

@@ -7,7 +7,7 @@ import pytest
 
 from mlbench.backends.coreai.availability import platform_reason
 from mlbench.backends.coreai.recipes import resolve, unsupported
-from mlbench.config.load import load_pipeline
+from mlbench.validate import load_pipeline
 
 
 @pytest.fixture(autouse=True)

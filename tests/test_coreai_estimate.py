@@ -101,9 +101,9 @@ def test_an_op_without_a_counterpart_leaves_the_estimate_absent(tmp_path):
 
 
 def test_float16_placement_and_latency_by_core_mls_rules(tmp_path):
+    from mlbench.backends.apple.latency import latency_metrics
+    from mlbench.backends.apple.placement import estimate_placement
     from mlbench.backends.coreai.estimate import NOTE, walk_function
-    from mlbench.backends.coreml.latency import latency_metrics
-    from mlbench.backends.coreml.placement import estimate_placement
 
     analysis, _ = walk_function(_asset(ConvHead(), torch.randn(1, 3, 8, 8), tmp_path, "float16"))
     assert analysis.precision == "FLOAT16"
@@ -136,8 +136,8 @@ report: {{dir: out, formats: [json]}}
 @pytest.mark.slow
 def test_the_backend_reports_estimated_placement_and_latency(tmp_path):
     from mlbench.backends.coreai.estimate import NOTE
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
     from tests.conftest import ROOT
 
     path = tmp_path / "pipeline.yaml"
@@ -154,8 +154,8 @@ def test_the_backend_reports_estimated_placement_and_latency(tmp_path):
 
 
 def test_an_unknown_chip_is_refused(tmp_path):
-    from mlbench.config.load import load_pipeline
     from mlbench.errors import UserError
+    from mlbench.validate import load_pipeline
     from tests.conftest import ROOT
 
     path = tmp_path / "pipeline.yaml"

@@ -73,8 +73,8 @@ def test_reference_decode_with_the_state_equals_a_full_forward(asset, length):
 
 @pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_a_pipeline_reports_token_agreement_cache_bytes_and_estimates(tmp_path):
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     path = tmp_path / "pipeline.yaml"
     path.write_text(f"""\

@@ -1,4 +1,4 @@
-"""Static analysis of saved Core ML models (mlbench.backends.coreml.analysis) and its Markdown.
+"""Static analysis of saved Core ML models (mlbench.backends.apple.analysis) and its Markdown.
 
 The packages are real coremltools conversions of a small torch model, built once per module.
 """
@@ -17,9 +17,9 @@ pytest.importorskip("coremltools")
 import coremltools as ct
 import torch
 
-from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
+from mlbench.backends.apple.analysis import ProgramAnalysis, analyse_package
+from mlbench.backends.coreml.program_report import render_program_markdown
 from mlbench.errors import UserError
-from mlbench.report.program import render_program_markdown
 
 pytestmark = pytest.mark.torch
 

@@ -9,9 +9,9 @@ from datetime import datetime
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache, format_size
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")

@@ -15,12 +15,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from mlbench.backends.apple.calibration.priors import flat
+from mlbench.backends.apple.calibration.profile import chip_parameters, load_profiles
+from mlbench.backends.apple.chips import builtin_chips, calibration
+from mlbench.backends.apple.latency import estimate_latency, latency_metrics
+from mlbench.backends.apple.placement import estimate_placement
 from mlbench.backends.coreml import backend, compute_plan
-from mlbench.backends.coreml.calibration.priors import flat
-from mlbench.backends.coreml.calibration.profile import chip_parameters, load_profiles
-from mlbench.backends.coreml.chips import builtin_chips, calibration
-from mlbench.backends.coreml.latency import estimate_latency, latency_metrics
-from mlbench.backends.coreml.placement import estimate_placement
 from mlbench.cli.main import main as cli_main
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.matrix import Variant
@@ -71,7 +71,7 @@ MODELS = {"a": (16, 1, 32, 64), "b": (64, 2, 64, 256), "c": (8, 8, 16, 32), "d":
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """Each model exported at float16 by coremltools and analysed, with its seeded input and eager output."""
-    from mlbench.backends.coreml.analysis import analyse_package
+    from mlbench.backends.apple.analysis import analyse_package
     from mlbench.backends.coreml.artifact import CoremlArtifact
     from mlbench.backends.coreml.export import export_coreml
 
@@ -259,7 +259,7 @@ def test_reports_without_measured_core_ml_runs_are_one_line_errors(tmp_path):
 
     report = write_report(tmp_path / "linux.json", [])
     with pytest.raises(UserError) as info:
-        from mlbench.backends.coreml.calibration.run import calibrate
+        from mlbench.backends.apple.calibration.run import calibrate
 
         calibrate([report], tmp_path / "out")
     assert str(info.value) == (
@@ -295,7 +295,7 @@ def reviewed_profile(folder: Path) -> None:
     """A profile as `mlbench calibrate` writes them (here by hand: the Mac saw relu on the GPU under ALL)."""
     import yaml
 
-    from mlbench.backends.coreml.calibration.profile import CalibrationProfile, Observation
+    from mlbench.backends.apple.calibration.profile import CalibrationProfile, Observation
 
     folder.mkdir()
     relu = [Observation(op_type="relu", dtype="fp16", shape=f"4d:1e{k}", rule="all-prefers-cpu-fallback",
@@ -311,8 +311,8 @@ def reviewed_profile(folder: Path) -> None:
 @pytest.mark.torch
 @pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(write_pipeline, tmp_path):
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     path = write_pipeline(PIPELINE)
     reviewed_profile(tmp_path / "profiles")
@@ -340,7 +340,7 @@ def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(wri
 
 
 def test_a_missing_calibration_folder_is_one_line_naming_it(tmp_path):
-    from mlbench.backends.coreml.calibration.profile import load_profiles
+    from mlbench.backends.apple.calibration.profile import load_profiles
     from mlbench.errors import UserError
 
     with pytest.raises(UserError) as info:

@@ -1,4 +1,4 @@
-"""The cost model (mlbench.backends.coreml.cost): FLOPs and bytes per op family on real exported
+"""The cost model (mlbench.backends.apple.cost): FLOPs and bytes per op family on real exported
 packages (tiny torch models through mlbench's exporter), the roofline time-like cost, and the
 placement cost shares it feeds."""
 
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mlbench.backends.coreml.analysis import ProgramAnalysis, analyse_package
-from mlbench.backends.coreml.cost import (
+from mlbench.backends.apple.analysis import ProgramAnalysis, analyse_package
+from mlbench.backends.apple.cost import (
     OpCost,
     OpDescription,
     Roofline,
@@ -24,9 +24,9 @@ from mlbench.backends.coreml.cost import (
     registered_op_types,
     time_like_cost,
 )
+from mlbench.backends.apple.placement import estimate_placement
 from mlbench.backends.coreml.export import export_coreml
-from mlbench.backends.coreml.placement import estimate_placement
-from mlbench.report.program import render_program_markdown
+from mlbench.backends.coreml.program_report import render_program_markdown
 
 pytestmark = pytest.mark.torch
 

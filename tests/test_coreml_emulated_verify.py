@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 
 from mlbench.cli import main
-from mlbench.config import load_pipeline
 from mlbench.run import run
+from mlbench.validate import load_pipeline
 
 pytestmark = pytest.mark.torch
 

@@ -14,6 +14,7 @@ import coremltools as ct
 import torch
 from coremltools.proto import MIL_pb2
 
+from mlbench.backends.apple.coremltools_messages import import_coremltools, shorten_coremltools_message
 from mlbench.backends.coreml.conversion import _convert_exported
 from mlbench.backends.coreml.deployment import (
     ExportError,
@@ -23,7 +24,6 @@ from mlbench.backends.coreml.deployment import (
     valid_deployment_targets,
 )
 from mlbench.backends.coreml.export import EXPORT_PATH_TORCH_EXPORT, EXPORT_PATH_TRACE, export_coreml
-from mlbench.backends.coreml.messages import import_coremltools, shorten_coremltools_message
 
 pytestmark = pytest.mark.torch
 
@@ -388,7 +388,7 @@ def test_coremltools_is_imported_without_scikit_learn_which_a_model_may_still_im
     import sys
 
     pytest.importorskip("sklearn")
-    script = ("import sys\nfrom mlbench.backends.coreml.messages import import_coremltools\nct = import_coremltools()\n"
+    script = ("import sys\nfrom mlbench.backends.apple.coremltools_messages import import_coremltools\nct = import_coremltools()\n"
               "assert 'sklearn' not in sys.modules and not ct._deps._HAS_SKLEARN\n"
               "import sklearn.linear_model\nprint('sklearn', sklearn.__version__)\n")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)

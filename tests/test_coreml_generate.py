@@ -26,7 +26,7 @@ LLAMA = {"hidden_size": 64, "intermediate_size": 64, "num_hidden_layers": 1, "nu
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
-    from mlbench.backends.coreml.generate_export import export_generation
+    from mlbench.backends.coreml.generate.export import export_generation
 
     lm = tiny_causal_lm("llama", **LLAMA)
     result = export_generation(lm, context=32, precision="float32", optimization=None,
@@ -49,7 +49,7 @@ def test_one_multifunction_package_with_the_cache_as_fp16_state(exported):
 
 
 def test_one_export_serves_two_prompt_lengths_with_a_full_forwards_logits(exported):
-    from mlbench.backends.coreml.generate_run import emulated_generator
+    from mlbench.backends.coreml.generate.run import emulated_generator
 
     lm, result = exported
     generator = emulated_generator(result.folder)
@@ -64,9 +64,9 @@ def test_one_export_serves_two_prompt_lengths_with_a_full_forwards_logits(export
 
 
 def test_estimates_grow_with_the_prompt_and_the_position(exported):
-    from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.backends.coreml.generate_estimate import generation_estimates, pin_shapes
-    from mlbench.backends.coreml.placement import estimate_placement
+    from mlbench.backends.apple.analysis import analyse_package
+    from mlbench.backends.apple.generate_estimate import generation_estimates, pin_shapes
+    from mlbench.backends.apple.placement import estimate_placement
 
     _lm, result = exported
     package = result.folder / "model.mlpackage"
@@ -128,7 +128,7 @@ class FakeStatefulCoremltools(types.ModuleType):
 
 
 def test_measured_through_mlstate_with_a_fake_coremltools(exported, monkeypatch):
-    from mlbench.backends.coreml.generate_run import measure_generation
+    from mlbench.backends.coreml.generate.run import measure_generation
     from mlbench.config.pipeline import PipelineConfig
     from mlbench.generate.eager import causal_lm
     from mlbench.matrix import Variant
@@ -182,8 +182,8 @@ report: {{dir: out, formats: [json, markdown]}}
 @pytest.mark.skipif(sys.platform == "darwin", reason="checks the Linux path (estimated and emulated)")
 @pytest.mark.slow  # past 10 s on a quiet 2-core machine: out of the fast lane
 def test_a_pipeline_exports_once_and_reports_emulated_and_estimated_generation(tmp_path):
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     path = tmp_path / "gen.yaml"
     path.write_text(PIPELINE.format(llama=json.dumps(LLAMA).replace('"', "")), encoding="utf-8")

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, Totals
-from mlbench.backends.coreml.chips import DEVICES, ChipFile, ChipProfile, Parameters, calibration, load_chip_file
-from mlbench.backends.coreml.latency import estimate_latency
+from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, Totals
+from mlbench.backends.apple.chips import DEVICES, ChipFile, ChipProfile, Parameters, calibration, load_chip_file
+from mlbench.backends.apple.latency import estimate_latency
 from mlbench.compare.comparison import RuleError, compare, parse_rule
-from mlbench.config.load import load_pipeline
 from mlbench.records import Band, Metric, OpPlacement, Placement
 from mlbench.report.markdown import render_markdown
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 from tests.test_report import record, report
 
@@ -193,7 +193,7 @@ def test_compare_gates_on_an_estimated_chip_latency():
 def test_calibration_fit_recovers_what_it_was_given():
     import importlib.util
 
-    from mlbench.backends.coreml.chips import builtin_chips
+    from mlbench.backends.apple.chips import builtin_chips
 
     spec = importlib.util.spec_from_file_location("calibrate_latency", ROOT / "benchmarks" / "calibrate_latency.py")
     bench = importlib.util.module_from_spec(spec)

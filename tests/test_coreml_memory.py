@@ -1,4 +1,4 @@
-"""memory.estimated of a Core ML program (mlbench/backends/coreml/analysis/memory.py): weights as stored + the
+"""memory.estimated of a Core ML program (mlbench/backends/coreml/memory_estimate.py): weights as stored + the
 largest set of live activations in program order, checked against sums made by hand on real packages."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
 ct = pytest.importorskip("coremltools")
 
-from mlbench.backends.coreml.analysis import analyse_package  # noqa: E402
-from mlbench.backends.coreml.analysis.memory import ASSUMPTION, estimate_memory, memory_metrics  # noqa: E402
+from mlbench.backends.apple.analysis import analyse_package  # noqa: E402
+from mlbench.backends.coreml.memory_estimate import ASSUMPTION, estimate_memory, memory_metrics  # noqa: E402
 
 
 class Chain(torch.nn.Module):
@@ -67,8 +67,8 @@ def test_flexible_shapes_are_estimated_at_the_largest_allowed_shape(tmp_path):
 
 
 def test_an_unbounded_range_has_no_estimate_and_says_which_input(tmp_path):
-    from mlbench.backends.coreml.analysis.flexible_memory import candidate_shapes
-    from mlbench.backends.coreml.analysis.liveness import NotEstimable
+    from mlbench.backends.apple.analysis.liveness import NotEstimable
+    from mlbench.backends.coreml.flexible_memory import candidate_shapes
 
     model, _path = _convert(tmp_path, "ranged", (1, 3, ct.RangeDim(8, 64, default=32), 32), ct.precision.FLOAT32)
     spec = model.get_spec()

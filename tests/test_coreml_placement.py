@@ -10,11 +10,11 @@ pytest.importorskip("coremltools")
 import torch
 from torch import nn
 
+from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, Totals, analyse_package
+from mlbench.backends.apple.placement import ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type
 from mlbench.backends.base import placement_metrics
-from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, Totals, analyse_package
 from mlbench.backends.coreml.compute_plan import placement_from_plan
 from mlbench.backends.coreml.export import export_coreml
-from mlbench.backends.coreml.placement import ESTIMATE_CAVEAT, estimate_placement, load_rules, normalise_op_type
 from mlbench.cli.main import main
 from tests.conftest import ROOT
 

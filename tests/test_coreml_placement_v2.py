@@ -10,17 +10,17 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from mlbench.backends.coreml.analysis import (  # noqa: E402
+from mlbench.backends.apple.analysis import (  # noqa: E402
     LayerInfo,
     ProgramAnalysis,
     TensorDescription,
     Totals,
     analyse_package,
 )
+from mlbench.backends.apple.placement import estimate_placement  # noqa: E402
+from mlbench.backends.apple.placement_rules import load_rules, os_level  # noqa: E402
 from mlbench.backends.coreml.compute_plan import placement_from_plan  # noqa: E402
 from mlbench.backends.coreml.export import export_coreml  # noqa: E402
-from mlbench.backends.coreml.placement import estimate_placement  # noqa: E402
-from mlbench.backends.coreml.placement_rules import load_rules, os_level  # noqa: E402
 from mlbench.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.torch

@@ -11,10 +11,10 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("coremltools")
 
+from mlbench.backends.apple.analysis import analyse_package  # noqa: E402
+from mlbench.backends.apple.placement import estimate_placement  # noqa: E402
 from mlbench.backends.base import placement_metrics  # noqa: E402
-from mlbench.backends.coreml.analysis import analyse_package  # noqa: E402
 from mlbench.backends.coreml.export import export_coreml  # noqa: E402
-from mlbench.backends.coreml.placement import estimate_placement  # noqa: E402
 from mlbench.config.models import ModelSpec  # noqa: E402
 from mlbench.sources.loading import load_model  # noqa: E402
 

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from mlbench.backends.apple.analysis.records import TensorDescription
 from mlbench.backends.base import VariantSkipped
-from mlbench.backends.coreml.analysis.records import TensorDescription
 from mlbench.backends.coreml.runtime import LOAD_ORDER, measure_package
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.matrix import Variant

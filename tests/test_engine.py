@@ -13,10 +13,10 @@ import time
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.run.progress import LiveProgress, PlainProgress, for_terminal
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")

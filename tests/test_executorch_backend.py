@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
+from mlbench.validate import load_pipeline
 
 pytest.importorskip("torch")
 pytest.importorskip("executorch.runtime", reason="the executorch extra is not installed")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.errors import UserError
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

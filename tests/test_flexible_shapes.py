@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.matrix import Plan, expand
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 PIPELINE = f"""\

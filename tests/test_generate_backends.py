@@ -87,8 +87,8 @@ report: {{dir: out, formats: [json, markdown, html]}}
 
 def test_a_generative_pipeline_reports_prefill_decode_and_its_section(tmp_path):
     pytest.importorskip("onnxruntime")
-    from mlbench.config.load import load_pipeline
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     config = json.dumps(LLAMA).replace('"', "")
     path = tmp_path / "gen.yaml"

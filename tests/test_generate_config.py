@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.errors import UserError
 from mlbench.matrix import expand
+from mlbench.validate import load_pipeline
 
 LLAMA = ("{config: {hidden_size: 32, intermediate_size: 64, num_hidden_layers: 1, num_attention_heads: 2, "
          "num_key_value_heads: 1, vocab_size: 100, max_position_embeddings: 256}}")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlbench.backends.registry import devices
+from mlbench.plugins.registry import devices
 from mlbench.records import Metric
 from mlbench.report.html import STYLE, render_html
 from mlbench.report.html_charts import LATENCY_COLOR, PLOT_W, TREND_COLOR, hatch_defs

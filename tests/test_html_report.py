@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from mlbench.backends.registry import devices
+from mlbench.plugins.registry import devices
 from mlbench.records import Metric
 from mlbench.report.html import LATENCY_COLOR, PLOT_W, TREND_COLOR, render_html
 from tests.test_compare import rec, run_of

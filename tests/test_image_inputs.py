@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

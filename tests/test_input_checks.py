@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.errors import UserError
+from mlbench.validate import load_pipeline
 
 BASE = """\
 version: 1

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import torch
 
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("litert_torch", reason="the litert extra is not installed (pip install -e '.[litert]')")

@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 
-from mlbench.config.load import load_pipeline
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 PIPELINE = f"""\

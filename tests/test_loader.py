@@ -1,4 +1,4 @@
-"""mlbench.config.loader: plain data with positions, and one exact line for every refusal.
+"""mlbench.config.yaml_positions: plain data with positions, and one exact line for every refusal.
 
 Every test runs on both PyYAML backends (libyaml's CSafeLoader and the pure-Python SafeLoader)
 because the fast one is used when installed and the other is the fallback.
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mlbench.config import loader
-from mlbench.config.loader import LoadedYaml, load_yaml, load_yaml_text
+from mlbench.config import yaml_positions as loader
+from mlbench.config.yaml_positions import LoadedYaml, load_yaml, load_yaml_text
 from mlbench.errors import UserError
 
 BACKENDS = ["C", "Py"] if hasattr(yaml, "CSafeLoader") else ["Py"]
@@ -325,7 +325,7 @@ def test_deep_nesting_through_aliases():
 def test_does_not_import_torch(backend):
     if backend == "Py":
         pytest.skip("one run is enough")
-    code = "import sys, mlbench.config.loader; sys.exit('torch' in sys.modules)"
+    code = "import sys, mlbench.config.yaml_positions; sys.exit('torch' in sys.modules)"
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()

@@ -151,8 +151,8 @@ def test_a_report_too_big_for_a_comment_is_cut_with_a_pointer_and_still_renders(
 
 
 def test_write_reports_keeps_the_full_markdown_beside_a_cut_one(write_pipeline, tmp_path):
-    from mlbench.config.load import load_pipeline
     from mlbench.report import write_reports
+    from mlbench.validate import load_pipeline
 
     path = write_pipeline("version: 1\nname: p\nmodels:\n  - {name: m, source: 'torchvision:resnet18', inputs: "
                           "[{name: x, shape: [1]}]}\ntargets:\n  - backend: torch\nreport: {dir: out, formats: [markdown]}\n")

@@ -158,9 +158,9 @@ class Wide(torch.nn.Module):
 
 
 def _measure_batches(tmp_path: Path, target: dict) -> dict[int, object]:
-    from mlbench.backends.registry import backend_class
     from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import expand
+    from mlbench.plugins.registry import backend_class
     from mlbench.sources.loading import load_model
     from mlbench.store.cache import ArtifactCache
 

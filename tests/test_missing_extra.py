@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.matrix import expand
 from mlbench.run.tasks import WorkContext, run_group
 from mlbench.store.cache import ArtifactCache
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

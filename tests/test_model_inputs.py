@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.errors import UserError
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 HEAD = """\

@@ -33,8 +33,8 @@ def test_the_config_names_the_silent_modules_and_existing_fast_tests(bench):
     assert [p for m in modules.values() for p in m.paths] == [
         "mlbench/compare/comparison.py", "mlbench/compare/rules.py", "mlbench/compare/noise.py",
         "mlbench/store/cache.py", "mlbench/store/entry.py", "mlbench/store/hashing.py", "mlbench/store/marker.py",
-        "mlbench/store/audit.py", "mlbench/run/journal.py", "mlbench/backends/coreml/placement.py",
-        "mlbench/backends/coreml/placement_rules.py", "mlbench/verify.py", "mlbench/matrix.py"]
+        "mlbench/store/audit.py", "mlbench/run/journal.py", "mlbench/backends/apple/placement.py",
+        "mlbench/backends/apple/placement_rules.py", "mlbench/verify.py", "mlbench/matrix.py"]
     for module in modules.values():
         assert all((ROOT / test.split("::")[0]).is_file() for test in module.tests), module.name
         for entry in module.equivalent:

@@ -10,11 +10,11 @@ import math
 import jsonschema
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.records import Metric, OutputError, PipelineInfo, RunRecord, RunReport, Verification
 from mlbench.report import write_reports
 from mlbench.report.fit import fit_record, fit_report
 from mlbench.run.journal import Journal
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 OUTPUTS = "an output holds inf or nan where eager float32's is finite"

@@ -62,7 +62,7 @@ def test_the_wheel_holds_every_file_under_mlbench(built):
     with zipfile.ZipFile(wheel) as archive:
         held = {name for name in archive.namelist() if name.startswith("mlbench/")}
     expected = package_files()
-    assert {n for n in expected if not n.endswith(".py")} >= {"mlbench/backends/coreml/chips.yaml"}
+    assert {n for n in expected if not n.endswith(".py")} >= {"mlbench/backends/apple/chips.yaml"}
     assert sorted(expected - held) == [], "files under mlbench/ the wheel leaves out: declare them in pyproject.toml"
     assert sorted(held - expected) == []
 

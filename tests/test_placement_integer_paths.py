@@ -5,9 +5,9 @@ integer paths. Fast: nothing is exported (tests/test_coreml_placement_v21.py doe
 
 from __future__ import annotations
 
-from mlbench.backends.coreml.analysis import LayerInfo
-from mlbench.backends.coreml.placement import estimate_placement
-from mlbench.backends.coreml.placement_rules import load_rules, rule_table
+from mlbench.backends.apple.analysis import LayerInfo
+from mlbench.backends.apple.placement import estimate_placement
+from mlbench.backends.apple.placement_rules import load_rules, rule_table
 from tests.test_placement_logic import placed, program
 
 NE, CPU, GPU = "neural_engine", "cpu", "gpu"

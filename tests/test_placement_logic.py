@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.backends.coreml.analysis import LayerInfo, ProgramAnalysis, TensorDescription, Totals
-from mlbench.backends.coreml.placement import (
+from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, TensorDescription, Totals
+from mlbench.backends.apple.placement import (
     ESTIMATE_CAVEAT,
     ane_blocker,
     count_switches,
@@ -19,7 +19,7 @@ from mlbench.backends.coreml.placement import (
     normalise_op_type,
     summarise,
 )
-from mlbench.backends.coreml.placement_rules import (
+from mlbench.backends.apple.placement_rules import (
     ProgramContext,
     Rule,
     load_rules,

@@ -9,8 +9,8 @@ import subprocess
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.plan_diff import diff_plans
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 BASE = """\

@@ -120,8 +120,8 @@ def test_a_damaged_run_header_is_one_line_naming_its_line(tmp_path, header, why)
 def test_a_resume_from_a_damaged_header_keeps_the_report_and_says_so_in_one_line(write_pipeline, tiny_pipeline_text,
                                                                                  tmp_path, capsys, caplog):
     from mlbench.cli.main import main
-    from mlbench.config.load import load_pipeline
     from mlbench.records import RunReport
+    from mlbench.validate import load_pipeline
 
     path = write_pipeline(tiny_pipeline_text.replace("precision: [float32]", "precision: [float32, bfloat16]")
                           + "history: {enabled: false}\n")

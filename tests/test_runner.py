@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.report.json_report import report_schema
 from mlbench.run.runner import run
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.matrix import Plan, expand
 from mlbench.run.schedule import longest_first, model_sizes
 from mlbench.run.tasks import warm_task
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.torch

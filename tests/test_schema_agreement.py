@@ -17,8 +17,9 @@ from typing import NamedTuple
 
 import pytest
 
-from mlbench.config.load import PipelineInvalid, load_pipeline
+from mlbench.config.pipeline_file import PipelineInvalid
 from mlbench.errors import UserError
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("check_jsonschema", reason="check-jsonschema comes with the dev extra: pip install -e '.[dev]'")

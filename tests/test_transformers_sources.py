@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from mlbench.config.load import load_pipeline
 from mlbench.config.models import ModelSpec
+from mlbench.validate import load_pipeline
 
 pytestmark = pytest.mark.torch
 transformers = pytest.importorskip("transformers")

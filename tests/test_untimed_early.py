@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.config.load import load_pipeline
 from mlbench.run.runner import run
+from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 
 pytest.importorskip("coremltools")

@@ -1,2 +1,2 @@
 """Backends: one folder each (target model, backend class, export, its own report sections), found
-through the registry (`mlbench.backends.registry`), never named by the core."""
+through the registry (`mlbench.plugins.registry`), never named by the core."""

@@ -22,10 +22,6 @@ if TYPE_CHECKING:
     from mlbench.store.cache import ArtifactCache
 
 
-REFERENCE = "torch/cpu/float32"
-"""The variant every other is verified against: eager PyTorch, float32, on the CPU."""
-
-
 NO_SOURCE = "no model source to compare with (the model names only existing artifacts)"
 """Why a variant measured from an existing artifact has no verification."""
 

@@ -64,9 +64,10 @@ def _variant_filter(patterns: list[str] | None):
 def cmd_ab(args: argparse.Namespace) -> int:
     from mlbench.compare.paired import DEFAULT_MIN_ROUNDS
     from mlbench.compare.rules import RuleError, default_rules, parse_rules
-    from mlbench.config.load import Pipeline, load_pipeline
     from mlbench.config.pipeline import CacheSettings
+    from mlbench.config.pipeline_file import Pipeline
     from mlbench.run.ab import AbSettings, run_ab
+    from mlbench.validate import load_pipeline
 
     if args.git_base is None and args.head is None:
         raise UserError("mlbench ab: give BASE and HEAD pipeline files, or one file and --git-base REF")
@@ -124,7 +125,7 @@ def cmd_ab(args: argparse.Namespace) -> int:
 
 def register(subparsers) -> None:
     """Add `ab` to mlbench's subcommands."""
-    from mlbench.cli.parsing import add_command, add_format
+    from mlbench.cli.parsing import add_format
     from mlbench.compare.noise import DEFAULT_ALPHA
     from mlbench.compare.paired import (
         DEFAULT_CALLS,
@@ -133,6 +134,7 @@ def register(subparsers) -> None:
         DEFAULT_ROUNDS,
         DEFAULT_WARMUP,
     )
+    from mlbench.plugins.commands import add_command
     p = add_command(
         subparsers, "ab", "measure two pipelines' matching variants alternately on this machine (exit 1 on a regression)",
         "BASE and HEAD are pipeline files; or give HEAD alone with --git-base REF: BASE is the same file (and\n"

@@ -12,8 +12,9 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlbench.cli.parsing import add_command, add_format
+from mlbench.cli.parsing import add_format
 from mlbench.errors import UserError
+from mlbench.plugins.commands import add_command
 
 if TYPE_CHECKING:
     from mlbench.records import RunReport
@@ -35,7 +36,7 @@ def db_path(args: argparse.Namespace, pipeline) -> Path:
 def pipeline_of(args: argparse.Namespace):
     if not args.pipeline:
         return None
-    from mlbench.config.load import load_pipeline
+    from mlbench.validate import load_pipeline
 
     return load_pipeline(args.pipeline)
 
@@ -49,7 +50,7 @@ def _read_report(path: Path) -> RunReport:
     from pydantic import ValidationError
 
     from mlbench.compare.report_check import check_metric_values, check_report
-    from mlbench.config.load import format_where
+    from mlbench.config.pipeline_file import format_where
     from mlbench.records import RunReport
 
     try:

@@ -7,7 +7,8 @@ import json
 from collections.abc import Collection
 
 from mlbench.cli.compare import HISTORY_HELP, db_path, pipeline_of
-from mlbench.cli.parsing import add_command, add_format
+from mlbench.cli.parsing import add_format
+from mlbench.plugins.commands import add_command
 
 SPARKS = "▁▂▃▄▅▆▇█"
 

@@ -23,7 +23,8 @@ def _err(text: str) -> None:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from mlbench.config.load import PipelineInvalid, load_pipeline
+    from mlbench.config.pipeline_file import PipelineInvalid
+    from mlbench.validate import load_pipeline
 
     failed = 0
     results = []
@@ -58,10 +59,10 @@ def _executor_address(text: str | None) -> str | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from mlbench.config.load import load_pipeline
     from mlbench.run.executors import default_jobs
     from mlbench.run.progress import for_terminal
     from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
 
     if args.retry_crashed and not args.resume:
         raise UserError("--retry-crashed: only with --resume (it measures again a variant the last run died on)")
@@ -170,14 +171,14 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
 
 
 def _inspectors() -> list:
-    from mlbench.backends.registry import specs
+    from mlbench.plugins.registry import specs
 
     return [spec for spec in specs().values() if spec.inspect is not None]
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     """Hand the path to the backend whose artifact files end as it does (else the first that inspects)."""
-    from mlbench.backends.spec import load_attr
+    from mlbench.plugins.spec import load_attr
 
     inspectors = _inspectors()
     if not inspectors:
@@ -189,8 +190,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def cmd_rules(args: argparse.Namespace) -> int:
     """The rules behind each backend's estimates, with their sources, for a reviewer to audit."""
-    from mlbench.backends.registry import specs
-    from mlbench.backends.spec import load_attr
+    from mlbench.plugins.registry import specs
+    from mlbench.plugins.spec import load_attr
 
     tables = {name: load_attr(spec.rules)() for name, spec in specs().items() if spec.rules is not None}
     if args.json:
@@ -221,7 +222,8 @@ exit codes:
 def build_parser() -> argparse.ArgumentParser:
     from mlbench.cli.compare import register as register_compare
     from mlbench.cli.history import register as register_history
-    from mlbench.cli.parsing import HelpFormatter, add_command, add_format
+    from mlbench.cli.parsing import add_format
+    from mlbench.plugins.commands import HelpFormatter, add_command
 
     parser = argparse.ArgumentParser(prog="mlbench", description="Benchmark ML models for on-device deployment.",
                                      epilog=EXIT_CODES, formatter_class=HelpFormatter)
@@ -257,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --resume: measure again a variant the run died on twice (else it is failed)")
     p.set_defaults(func=cmd_run)
 
-    from mlbench.backends.spec import load_attr
+    from mlbench.plugins.spec import load_attr
 
     inspectors = _inspectors()
     p = add_command(sub, "inspect", "static analysis of an exported model",
@@ -270,7 +272,7 @@ def build_parser() -> argparse.ArgumentParser:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
 
-    from mlbench.backends.registry import specs
+    from mlbench.plugins.registry import specs
 
     for spec in specs().values():  # backends' own commands
         for register in spec.commands:

@@ -13,16 +13,16 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlbench.cli.parsing import add_command
 from mlbench.errors import UserError
+from mlbench.plugins.commands import add_command
 
 if TYPE_CHECKING:
     from mlbench.config.pipeline import PipelineConfig
 
 
 def _plan_table(args: argparse.Namespace) -> int:
-    from mlbench.config.load import load_pipeline
     from mlbench.matrix import Plan, expand
+    from mlbench.validate import load_pipeline
 
     pipeline = load_pipeline(args.file)
     plan = Plan(expand(pipeline.config))
@@ -72,8 +72,8 @@ def file_at_revision(path: Path, ref: str) -> bytes | None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from mlbench.config.load import load_pipeline, load_pipeline_text
     from mlbench.plan_diff import diff_plans
+    from mlbench.validate import load_pipeline, load_pipeline_text
 
     base: PipelineConfig | None
     if args.diff:

@@ -38,6 +38,7 @@ from mlbench.compare.rules import (  # noqa: F401  (re-exported: the rules are p
     parse_rules,
 )
 from mlbench.load import load_warning
+from mlbench.machine import machine_key, machine_words
 from mlbench.metrics import compared_by_default, estimate_mark, format_value, info
 from mlbench.records import RunRecord, RunReport
 
@@ -140,17 +141,6 @@ class Comparison(BaseModel):
     interleaved: Interleaved | None = Field(
         default=None, description="Set by `mlbench ab`: both sides measured alternately in one run.")
 
-
-
-def machine_words(machine: dict) -> str:
-    parts = [machine.get("os"), machine.get("arch"), machine.get("cpu")]
-    return " ".join(str(p) for p in parts if p) or "unknown machine"
-
-
-def machine_key(machine: dict) -> tuple:
-    """What makes two runs' machines alike: OS, architecture, CPU model and count (not the hostname,
-    so two ephemeral CI runners of one kind count as one machine)."""
-    return (machine.get("os"), machine.get("arch"), machine.get("cpu"), machine.get("cpu_count"))
 
 
 def run_ref(report: RunReport, label: str, git_commit: str | None = None) -> RunRef:

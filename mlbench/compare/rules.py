@@ -21,7 +21,7 @@ CORE_DEFAULT_RULES = ("latency.median:+10%", "status:failed")
 def default_rules() -> list[str]:
     """mlbench's default gate, plus the rules each registered backend adds (a placement share that
     must not fall, for example)."""
-    from mlbench.backends.registry import default_rules as backend_rules
+    from mlbench.plugins.registry import default_rules as backend_rules
 
     return [CORE_DEFAULT_RULES[0], *backend_rules(), *CORE_DEFAULT_RULES[1:]]
 

@@ -1,7 +1,8 @@
 """The pipeline definition: pydantic models of the YAML (the one source of truth), the safe YAML
-loader, and reading a file into a validated `Pipeline`.
+loader with positions, and parsing a file into a `Pipeline`. Config only defines: the checks that need
+the whole pipeline (and `load_pipeline`) are `mlbench.validate`'s.
 
-`load_pipeline`, `Pipeline` and `PipelineConfig` are re-exported lazily: backend target models
+`Pipeline` and `PipelineConfig` are re-exported lazily: backend target models
 import `mlbench.config.base`, and an eager import of the pipeline models here would import every
 backend's target while that target is still being imported.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Pipeline", "PipelineConfig", "load_pipeline"]
+__all__ = ["Pipeline", "PipelineConfig"]
 
 
 def __getattr__(name: str) -> Any:
@@ -18,8 +19,8 @@ def __getattr__(name: str) -> Any:
         from mlbench.config.pipeline import PipelineConfig
 
         return PipelineConfig
-    if name in ("Pipeline", "load_pipeline"):
-        from mlbench.config import load
+    if name == "Pipeline":
+        from mlbench.config import pipeline_file
 
-        return getattr(load, name)
+        return pipeline_file.Pipeline
     raise AttributeError(f"module 'mlbench.config' has no attribute {name!r}")

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from mlbench.config.base import StrictModel, first_repeat
-from mlbench.generate.spec import GenerateSpec
+from mlbench.config.generate import GenerateSpec
 
 SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """For pydantic's `pattern` (its regex engine's `$` is the end of the text); Python code uses SAFE_NAME_RE."""

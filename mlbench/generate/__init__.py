@@ -2,8 +2,8 @@
 
 Backend-neutral pieces every backend uses the same way:
 
-- `spec`: the `generate:` block of a model entry (`GenerateSpec`), the `prompt` measurement axis
-  (`p<length>`) and the checks that need no torch.
+- the `generate:` block of a model entry (`GenerateSpec`), the `prompt` measurement axis (`p<length>`) and
+  the checks that need no torch are config (`mlbench.config.generate`), re-exported here.
 - `metrics`: `generative_metrics` (prefill, decode per token, tokens/s, KV cache bytes, token agreement,
   logits error; each with its source) and `verify_generation` (a backend's greedy steps against eager's).
 - `reference`: eager float32's greedy generation for a prompt (`GreedyTrace`), the one every backend is
@@ -16,6 +16,6 @@ sees such a variant: the runner skips it with one line (`mlbench.backends.base.g
 Nothing here imports torch at import time.
 """
 
-from mlbench.generate.spec import PROMPT_AXIS, GenerateSpec, is_generative, prompt_label, prompt_length
+from mlbench.config.generate import PROMPT_AXIS, GenerateSpec, is_generative, prompt_label, prompt_length
 
 __all__ = ["PROMPT_AXIS", "GenerateSpec", "is_generative", "prompt_label", "prompt_length"]

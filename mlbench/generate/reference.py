@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlbench.generate.spec import PROMPT_INPUT
+from mlbench.config.generate import PROMPT_INPUT
 
 if TYPE_CHECKING:
     from mlbench.generate.metrics import GreedyTrace

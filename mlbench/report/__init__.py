@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from mlbench.config.load import Pipeline
+    from mlbench.config.pipeline_file import Pipeline
     from mlbench.records import RunReport
 
 

@@ -5,7 +5,7 @@ greedy generation stayed from eager float32's, and any per-chip estimates, each 
 
 from __future__ import annotations
 
-from mlbench.backends.base import REFERENCE
+from mlbench.config.generate import PROMPT_AXIS
 from mlbench.generate.metrics import (
     DECODE,
     ESTIMATED_DECODE,
@@ -16,8 +16,8 @@ from mlbench.generate.metrics import (
     TOKEN_AGREEMENT,
     TOKENS_PER_S,
 )
-from mlbench.generate.spec import PROMPT_AXIS
 from mlbench.metrics import format_ms, source_mark
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric, RunRecord
 from mlbench.report.markdown_layout import Column, render_table
 from mlbench.report.text import md_code

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
+from mlbench.plugins.registry import devices
 from mlbench.records import RunRecord, RunReport
 from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
     LABEL_W,

@@ -16,8 +16,8 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
-from mlbench.backends.registry import devices
 from mlbench.metrics import ESTIMATE_MARK
+from mlbench.plugins.registry import devices
 from mlbench.records import COUNT_SHARE, Metric, RunRecord, Source
 from mlbench.report.text import counted
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw

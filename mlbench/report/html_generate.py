@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from mlbench.config.generate import PROMPT_AXIS, prompt_length
 from mlbench.generate.metrics import DECODE, PREFILL
-from mlbench.generate.spec import PROMPT_AXIS, prompt_length
 from mlbench.metrics import estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from math import isfinite
 
-from mlbench.backends.base import REFERENCE
-from mlbench.backends.registry import devices, specs
-from mlbench.backends.spec import load_attr
 from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
+from mlbench.plugins.registry import devices, specs
+from mlbench.plugins.spec import REFERENCE, load_attr
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.report.markdown_layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
 from mlbench.report.text import md_cell, md_code, md_inline

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlbench.backends.registry import devices as known_devices
+from mlbench.plugins.registry import devices as known_devices
 from mlbench.records import Placement
 from mlbench.report.text import counted, md_cell, md_inline
 

@@ -42,7 +42,7 @@ from mlbench.compare.paired import (
     settled,
 )
 from mlbench.compare.rules import Rule, default_rules, parse_rules
-from mlbench.config.load import Pipeline
+from mlbench.config.pipeline_file import Pipeline
 from mlbench.errors import short_error
 from mlbench.load import load_between, sample
 from mlbench.machine import snapshot

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlbench.errors import exit_cause
 from mlbench.run.frames import TIMEOUT, BadFrame, Channel, ChannelClosed
-from mlbench.run.limits import exit_cause
 
 STARTUP_S = 600.0
 """How long a child may take to import what it needs before its first request."""

@@ -15,9 +15,6 @@ if TYPE_CHECKING:
     from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
 
-_SIGNAL_MEANING = {"SIGSEGV": "segmentation fault", "SIGBUS": "bus error", "SIGABRT": "abort",
-                   "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction",
-                   "SIGKILL": "the system's out-of-memory killer, or another process"}
 _OUT_OF_MEMORY = re.compile(r"MemoryError|can't allocate memory|Cannot allocate memory|bad_alloc|out of memory",
                             re.IGNORECASE)
 
@@ -46,20 +43,6 @@ def limits_for(config: PipelineConfig, variant: Variant) -> ChildLimits:
         return value if value is not None else getattr(pipeline, name)
 
     return ChildLimits(pick("export_s"), pick("measure_s"), pick("memory_gb"))
-
-
-def exit_cause(returncode: int | None) -> str:
-    """`was killed by SIGSEGV (segmentation fault)` or `exited with code 3`."""
-    if returncode is None:
-        return "stopped answering"
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        meaning = _SIGNAL_MEANING.get(name)
-        return f"was killed by {name}" + (f" ({meaning})" if meaning else "")
-    return f"exited with code {returncode}"
 
 
 def memory_note(limits: ChildLimits, returncode: int | None) -> str:

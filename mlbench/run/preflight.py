@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from mlbench.errors import UserError
 
 if TYPE_CHECKING:
-    from mlbench.config.load import Pipeline
+    from mlbench.config.pipeline_file import Pipeline
     from mlbench.matrix import Variant
 
 DISTRIBUTION = "mlbench-ondevice"
@@ -37,7 +37,7 @@ def installed(module: str) -> bool:
 
 def missing_for(pipeline: Pipeline, variant: Variant) -> list[tuple[str, str]]:
     """(distribution, extra) pairs this variant lacks; [] when it can run as far as packages go."""
-    from mlbench.backends.registry import specs
+    from mlbench.plugins.registry import specs
 
     spec = specs()[variant.backend]
     model = next(m for m in pipeline.config.models if m.name == variant.model)

@@ -15,12 +15,12 @@ import os
 import uuid
 
 from mlbench import __version__
-from mlbench.backends.registry import backend_class
-from mlbench.config.load import Pipeline
+from mlbench.config.pipeline_file import Pipeline
 from mlbench.errors import UserError, short_error
 from mlbench.load import LoadSample, load_between, sample
 from mlbench.machine import snapshot
 from mlbench.matrix import Plan, expand
+from mlbench.plugins.registry import backend_class
 from mlbench.records import PipelineInfo, RunRecord, RunReport
 from mlbench.report.fit import fit_record
 from mlbench.run.executors import DaskExecutor, LocalExecutor
@@ -141,7 +141,7 @@ class Runner:
     def _order_exports(self, executor: LocalExecutor, to_export: list) -> list:
         """Longest first (`schedule.py`), while the export children start and import torch and the
         converters; the model sizes that may decide the order are taken in one of those children."""
-        from mlbench.backends.registry import specs
+        from mlbench.plugins.registry import specs
         from mlbench.run.schedule import longest_first
 
         limits = self._limits(to_export[0])

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.backends.base import Backend, VariantSkipped, generation_unsupported
-from mlbench.backends.registry import backend_class
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.errors import one_line, short_error
 from mlbench.matrix import Variant
+from mlbench.plugins.registry import backend_class
 from mlbench.records import RunRecord
 from mlbench.store.cache import ArtifactCache
 
@@ -249,7 +249,7 @@ def warm_task(warmups: list[str]) -> list[str]:
     say why)."""
     import importlib
 
-    from mlbench.backends.spec import load_attr
+    from mlbench.plugins.spec import load_attr
 
     failed = []
     for name in warmups:

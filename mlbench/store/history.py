@@ -103,7 +103,7 @@ def default_history_path() -> Path:
 
 def machine_key(machine: dict) -> str:
     """One string per kind of machine: OS, architecture, CPU model and count (not the hostname)."""
-    from mlbench.compare.comparison import machine_key as key
+    from mlbench.machine import machine_key as key
 
     return json.dumps(list(key(machine)))
 
@@ -249,7 +249,7 @@ class RunRow:
 
     @property
     def machine_words(self) -> str:
-        from mlbench.compare.comparison import machine_words
+        from mlbench.machine import machine_words
 
         return machine_words(self.machine)
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from mlbench import __version__
 from mlbench.backends.base import (
     NO_SOURCE,
-    REFERENCE,
     Backend,
     CallTimer,
     Exported,
@@ -28,6 +27,7 @@ from mlbench.backends.coreai.recipes import resolve
 from mlbench.backends.coreai.target import CoreaiTarget
 from mlbench.errors import one_line
 from mlbench.machine import package_version
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric, Placement
 
 if TYPE_CHECKING:
@@ -250,9 +250,9 @@ class CoreaiBackend(Backend):
                    ) -> tuple[Placement | None, dict[str, Any]]:
         """Core ML's placement rules and cost model applied to the Core AI ops where each maps onto a Core ML op
         (``estimate``): estimated placement, and latency.estimated.<chip> for estimate_on; else absent, why."""
+        from mlbench.backends.apple.latency import latency_metrics
+        from mlbench.backends.apple.placement import estimate_placement
         from mlbench.backends.coreai.estimate import NOTE, walk_function
-        from mlbench.backends.coreml.latency import latency_metrics
-        from mlbench.backends.coreml.placement import estimate_placement
 
         try:
             analysis, why_not = walk_function(path, function)

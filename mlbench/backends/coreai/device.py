@@ -12,7 +12,8 @@ import asyncio
 import platform
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import REFERENCE, Measurement, runtime_metrics
+from mlbench.backends.base import Measurement, runtime_metrics
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:

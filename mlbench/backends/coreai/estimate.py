@@ -3,9 +3,9 @@
 Core AI gives no placement or timing off macOS 27. The ops of a ``coreai`` program (an IR walk of the saved
 asset's function) are mapped onto the Core ML MIL ops with the same arithmetic (``conv2d`` → ``conv``,
 ``broadcasting_batch_matmul`` → ``matmul``, elementwise, reductions, norms, scaled dot-product attention,
-pooling, data movement): each becomes a ``coreml.cost.OpDescription`` priced by Core ML's cost model, and the
-result is a ``coreml.analysis.ProgramAnalysis`` that ``coreml.placement.estimate_placement`` and
-``coreml.latency.latency_metrics`` take as they are. That is **Core ML's rules applied to Core AI ops**, said
+pooling, data movement): each becomes a ``apple.cost.OpDescription`` priced by the shared Apple-silicon cost model, and the
+result is a ``apple.analysis.ProgramAnalysis`` that ``apple.placement.estimate_placement`` and
+``apple.latency.latency_metrics`` take as they are. That is **Core ML's rules applied to Core AI ops**, said
 so in every note: Core AI may place and schedule the same program differently. Where any compute op has no
 counterpart in the table, nothing is estimated and the reason names the ops.
 """
@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends.coreml.analysis.records import LayerInfo, ProgramAnalysis, TensorDescription, Totals
-from mlbench.backends.coreml.cost import OpDescription, TensorSpec, op_cost
+from mlbench.backends.apple.analysis.records import LayerInfo, ProgramAnalysis, TensorDescription, Totals
+from mlbench.backends.apple.cost import OpDescription, TensorSpec, op_cost
 
 NOTE = ("Core ML's placement rules and cost model applied to Core AI ops (each mapped to the Core ML op with the "
         "same arithmetic): an estimate of how Core ML would run this program, not of Core AI's own choices")
@@ -133,7 +133,7 @@ def unmapped_reason(unmapped: Counter[str]) -> str:
 def cost_layers(graph: Any, resolve: Callable[[str], Any] | None = None, *, depth: int = 0, base: int = 0,
                 outer: dict[Any, tuple[tuple[str, int | None], int | None]] | None = None
                 ) -> tuple[list[LayerInfo], list[Any], Counter[str], int]:
-    """Every compute op of a graph's body as a Core ML layer priced by Core ML's cost model (an op without a
+    """Every compute op of a graph's body as a Core ML layer priced by the shared Apple-silicon cost model (an op without a
     counterpart: op_type "" and no FLOPs), the ops themselves in the same order, the unmapped ops by name,
     and the number of compressed-weight ops (data, not compute).
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from mlbench.records import Metric
 
 if TYPE_CHECKING:  # pragma: no cover
-    from mlbench.backends.coreml.analysis import ProgramAnalysis
+    from mlbench.backends.apple.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
     from mlbench.records import Placement
     from mlbench.sources.loading import LoadedModel
@@ -48,9 +48,9 @@ def estimate_generation(path: Path, model: LoadedModel, variant: Variant, chips:
                         ) -> tuple[dict[str, Metric], dict[str, Any], Placement | None]:
     """`latency.estimated.prefill.<chip>` and `latency.estimated.decode.<chip>`, or absent with the reason; and
     the decode function's estimated placement (the step a generation repeats), None when not estimated."""
+    from mlbench.backends.apple.generate_estimate import DECODE_PREFIX, PREFILL_PREFIX, generation_estimates
+    from mlbench.backends.apple.placement import estimate_placement
     from mlbench.backends.coreai.estimate import NOTE, walk_function
-    from mlbench.backends.coreml.generate_estimate import DECODE_PREFIX, PREFILL_PREFIX, generation_estimates
-    from mlbench.backends.coreml.placement import estimate_placement
     from mlbench.generate.eager import causal_lm
     from mlbench.generate.kv_module import cache_shape
 

@@ -56,7 +56,7 @@ def _env() -> dict[str, str]:
 
 
 def _exit_cause(code: int) -> str:
-    from mlbench.run.limits import exit_cause
+    from mlbench.errors import exit_cause
 
     return exit_cause(code)
 

@@ -1,7 +1,7 @@
-"""Registration of the Core AI backend (see mlbench.backends.registry)."""
+"""Registration of the Core AI backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.coreai.target import CoreaiTarget
-from mlbench.backends.spec import BackendSpec, InspectCommand
+from mlbench.plugins.spec import BackendSpec, InspectCommand
 
 SPEC = BackendSpec(
     name="coreai",

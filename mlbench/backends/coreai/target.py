@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from mlbench.backends.apple.chips import ChipId, builtin_chips, estimate_on_problems
 from mlbench.backends.coreai.recipes import resolve, unsupported
-from mlbench.backends.coreml.chips import ChipId, builtin_chips, estimate_on_problems
 from mlbench.config.base import NO_OPTIMIZATION, Axis, TargetBase, unknown_recipe
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]

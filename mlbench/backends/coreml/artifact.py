@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from mlbench.backends.coreml.analysis import ProgramAnalysis
+    from mlbench.backends.apple.analysis import ProgramAnalysis
 
 
 @dataclass

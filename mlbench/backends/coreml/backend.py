@@ -30,7 +30,7 @@ from mlbench.machine import package_version
 from mlbench.records import Metric
 
 if TYPE_CHECKING:
-    from mlbench.backends.coreml.analysis import ProgramAnalysis
+    from mlbench.backends.apple.analysis import ProgramAnalysis
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
@@ -77,7 +77,7 @@ class CoremlBackend(Backend):
 
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         require_modules(self.name, "coreml", (("coremltools", "coremltools"),))
-        from mlbench.backends.coreml.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
+        from mlbench.backends.apple.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
         from mlbench.backends.coreml.deployment import check_deployment_target
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
@@ -85,7 +85,7 @@ class CoremlBackend(Backend):
         if self.target.package is not None:
             return self._existing(self.resolve(self.target.package), precision)
         if model.spec.generate is not None:
-            from mlbench.backends.coreml.generate_backend import export_generative
+            from mlbench.backends.coreml.generate.backend import export_generative
 
             return export_generative(self, model, variant, artifact_key_inputs)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
@@ -136,7 +136,7 @@ class CoremlBackend(Backend):
 
     def _existing(self, path: Path, precision: str) -> Exported:
         """A package the user already has: analysed and measured as it is (no export, no cache)."""
-        from mlbench.backends.coreml.analysis import analyse_package
+        from mlbench.backends.apple.analysis import analyse_package
         from mlbench.backends.coreml.deployment import ExportError
 
         if path.suffix != ".mlpackage" and path.suffix != ".mlmodel":
@@ -151,11 +151,11 @@ class CoremlBackend(Backend):
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         if model.spec.generate is not None:
-            from mlbench.backends.coreml.generate_backend import measure_generative
+            from mlbench.backends.coreml.generate.backend import measure_generative
 
             return measure_generative(self, model, exported, variant, placement_for=placement_for,
                                       static_metrics=static_metrics, not_macos=_not_macos())
-        from mlbench.backends.coreml.analysis.memory import memory_metrics
+        from mlbench.backends.coreml.memory_estimate import memory_metrics
 
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
@@ -209,7 +209,7 @@ class CoremlBackend(Backend):
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""
         if not self.target.estimate_on:
             return {}
-        from mlbench.backends.coreml.latency import latency_metrics
+        from mlbench.backends.apple.latency import latency_metrics
 
         estimates, parts = latency_metrics(artifact.analysis, placement, list(self.target.estimate_on),
                                            dict(self.target.chip_profiles), this_machine=machine_chip(),
@@ -223,7 +223,7 @@ class CoremlBackend(Backend):
         if self.target.calibration is None:
             return {}
         if not hasattr(self, "_loaded_calibrations"):
-            from mlbench.backends.coreml.calibration.profile import load_profiles
+            from mlbench.backends.apple.calibration.profile import load_profiles
 
             self._loaded_calibrations = load_profiles(self.resolve(self.target.calibration))
         return self._loaded_calibrations
@@ -243,7 +243,7 @@ def machine_chip() -> str | None:
         return None
     import subprocess
 
-    from mlbench.backends.coreml.chips import builtin_chips, chip_for_machine
+    from mlbench.backends.apple.chips import builtin_chips, chip_for_machine
 
     try:  # pragma: no cover - macOS only
         brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
@@ -296,8 +296,8 @@ def reshape_note(flexible: list[str], frequency: str | None) -> str:
 def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path | None = None, observed: Any = None):
     """Measured from a compute plan where this machine can build one, else estimated by the rules (and, with
     `observed`, a calibration profile's placement observations before them)."""
+    from mlbench.backends.apple.placement import estimate_placement
     from mlbench.backends.coreml.compute_plan import compute_plan_available, placement_from_plan, plan_operations
-    from mlbench.backends.coreml.placement import estimate_placement
 
     why_not = compute_plan_available()
     if why_not is None and artifact.analysis.model_type == "mlProgram":  # pragma: no cover - macOS only
@@ -310,7 +310,7 @@ def placement_for(artifact: CoremlArtifact, compute_units: str, compiled: Path |
     if estimate.note is not None and why_not and compute_units != "cpu_only":
         estimate.note += f" Not measured: {why_not}."
     if observed is not None:
-        from mlbench.backends.coreml.calibration.signature import apply_observations
+        from mlbench.backends.apple.calibration.signature import apply_observations
 
         estimate = apply_observations(estimate, artifact.analysis, compute_units, observed.profile, observed.path.name)
     return estimate

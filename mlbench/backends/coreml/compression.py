@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlbench.backends.apple.coremltools_messages import coremltools_captured, shorten_coremltools_message
 from mlbench.backends.coreml.deployment import ExportError, InvalidExportOptions
-from mlbench.backends.coreml.messages import coremltools_captured, shorten_coremltools_message
 
 __all__ = ["compress"]
 

@@ -59,7 +59,7 @@ def read_plan(out: Path, returncode: int, stderr: str) -> list[dict[str, Any]]:
 
 def placement_from_plan(ops: list[dict[str, Any]], compute_units: str, precision: str) -> Placement:
     """The compute plan's operations as a Placement: constants apart, names normalised."""
-    from mlbench.backends.coreml.placement import ANE, PREFERRED, is_data_op, normalise_op_type, summarise
+    from mlbench.backends.apple.placement import ANE, PREFERRED, is_data_op, normalise_op_type, summarise
 
     placed: list[OpPlacement] = []
     constants = 0

@@ -15,9 +15,13 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.apple.coremltools_messages import (
+    MAX_MESSAGE_CHARS,
+    coremltools_captured,
+    shorten_coremltools_message,
+)
 from mlbench.backends.coreml.deployment import ExportError, InvalidExportOptions
 from mlbench.backends.coreml.input_types import input_types, needs_input_types
-from mlbench.backends.coreml.messages import MAX_MESSAGE_CHARS, coremltools_captured, shorten_coremltools_message
 from mlbench.backends.flexible import dynamic_shapes
 from mlbench.errors import one_line
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 
-from mlbench.backends.coreml.messages import MAX_MESSAGE_CHARS
+from mlbench.backends.apple.coremltools_messages import MAX_MESSAGE_CHARS
 from mlbench.errors import ReportableError, one_line
 
 __all__ = [

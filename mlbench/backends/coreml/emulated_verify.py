@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from mlbench.backends.base import NO_SOURCE, REFERENCE
+from mlbench.backends.base import NO_SOURCE
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:

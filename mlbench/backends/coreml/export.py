@@ -21,6 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.backends.apple.coremltools_messages import (
+    clean_warnings,
+    coremltools_captured,
+    import_coremltools,
+    import_messages,
+    version_warning,
+)
 from mlbench.backends.coreml.compression import compress
 from mlbench.backends.coreml.conversion import (
     EXPORT_PATH_TORCH_EXPORT,
@@ -30,13 +37,6 @@ from mlbench.backends.coreml.conversion import (
     convert_options,
 )
 from mlbench.backends.coreml.deployment import ExportError, check_deployment_target
-from mlbench.backends.coreml.messages import (
-    clean_warnings,
-    coremltools_captured,
-    import_coremltools,
-    import_messages,
-    version_warning,
-)
 from mlbench.backends.coreml.torch_ops import register_extra_torch_ops
 
 if TYPE_CHECKING:  # pragma: no cover

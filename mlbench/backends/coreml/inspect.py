@@ -23,8 +23,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.report.program import render_program_markdown
+    from mlbench.backends.apple.analysis import analyse_package
+    from mlbench.backends.coreml.program_report import render_program_markdown
 
     analysis = analyse_package(args.path)
     placement = None

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from mlbench.backends.coreml.program_report import render_program_markdown
 from mlbench.records import RunRecord
-from mlbench.report.program import render_program_markdown
 from mlbench.report.text import md_code
 
 
 def render_programs(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
     """One static-analysis section per distinct artifact (several variants can share one)."""
-    from mlbench.backends.coreml.analysis import ProgramAnalysis  # pydantic only
+    from mlbench.backends.apple.analysis import ProgramAnalysis  # pydantic only
 
     lines: list[str] = []
     seen: set[str] = set()

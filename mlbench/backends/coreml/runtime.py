@@ -25,8 +25,9 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import REFERENCE, CallTimer, Measurement, VariantSkipped, runtime_metrics
+from mlbench.backends.base import CallTimer, Measurement, VariantSkipped, runtime_metrics
 from mlbench.memory import MemoryMeter
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.timing import time_calls, time_once
 

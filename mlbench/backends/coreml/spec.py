@@ -1,7 +1,7 @@
-"""Registration of the Core ML backend (see mlbench.backends.registry)."""
+"""Registration of the Core ML backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.coreml.target import CoremlTarget, Recipe
-from mlbench.backends.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand, MetricFamily
+from mlbench.plugins.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand, MetricFamily
 
 NEURAL_ENGINE = DeviceInfo(name="neural_engine", label="Neural Engine", short="ANE", color="#2e7d32", rank=10)
 
@@ -18,7 +18,7 @@ SPEC = BackendSpec(
     packages=("coremltools",),
     requires=(("coremltools", "coremltools"),),
     extra="coreml",
-    warmup=("mlbench.backends.coreml.messages:import_coremltools",),  # quiet, and without scikit-learn
+    warmup=("mlbench.backends.apple.coremltools_messages:import_coremltools",),  # quiet, and without scikit-learn
     devices=(NEURAL_ENGINE, GPU, CPU),
     recipes=Recipe,
     report_sections=("mlbench.backends.coreml.report:render_programs",),
@@ -30,7 +30,7 @@ SPEC = BackendSpec(
         configure="mlbench.backends.coreml.inspect:configure",
         run="mlbench.backends.coreml.inspect:run",
     ),
-    rules="mlbench.backends.coreml.placement_rules:rule_table",
-    commands=("mlbench.backends.coreml.calibration.cli:register",),
+    rules="mlbench.backends.apple.placement_rules:rule_table",
+    commands=("mlbench.backends.coreml.calibrate_command:register",),
     order=1,
 )

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import Field, model_validator
 
-from mlbench.backends.coreml.chips import ChipId, ChipProfile, builtin_chips, estimate_on_problems
+from mlbench.backends.apple.chips import ChipId, ChipProfile, builtin_chips, estimate_on_problems
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
 from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest, unknown_recipe
 

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import (
-    REFERENCE,
     Backend,
     CallTimer,
     Exported,
@@ -40,6 +39,7 @@ from mlbench.backends.executorch.export import ETRECORD, PTE, SUMMARY, require_e
 from mlbench.backends.executorch.target import ExecutorchTarget
 from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.machine import package_version
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:

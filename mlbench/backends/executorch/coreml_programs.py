@@ -51,9 +51,9 @@ def analyse_programs(folder: Path, packages: list[str], estimate_on: list[str]) 
                                                                                          dict[str, Any]]:
     """Metrics (``coreml_delegate.<device>``, ``latency.estimated.<chip>``) and details (per program: its
     placement and totals) of the embedded Core ML programs."""
-    from mlbench.backends.coreml.analysis import analyse_package
-    from mlbench.backends.coreml.latency import latency_metrics
-    from mlbench.backends.coreml.placement import estimate_placement
+    from mlbench.backends.apple.analysis import analyse_package
+    from mlbench.backends.apple.latency import latency_metrics
+    from mlbench.backends.apple.placement import estimate_placement
 
     programs: list[dict[str, Any]] = []
     shares: dict[str, float] = {}

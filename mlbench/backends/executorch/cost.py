@@ -19,7 +19,7 @@ DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "int8": "int
 
 
 def _spec(value: Any) -> Any:
-    from mlbench.backends.coreml.cost import TensorSpec
+    from mlbench.backends.apple.cost import TensorSpec
 
     shape = getattr(value, "shape", None)
     if shape is None:
@@ -37,7 +37,7 @@ def _val(arg: Any) -> Any:
 
 def node_flops(node: Any, op_type: str) -> int | None:
     """FLOPs of one compute node (its ATen op name without overload), or None where unknown."""
-    from mlbench.backends.coreml.cost import OpDescription, op_cost, registered_op_types
+    from mlbench.backends.apple.cost import OpDescription, op_cost, registered_op_types
 
     out = _spec(_val(node))
     if out is None:

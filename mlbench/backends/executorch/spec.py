@@ -1,7 +1,7 @@
-"""Registration of the ExecuTorch backend (see mlbench.backends.registry)."""
+"""Registration of the ExecuTorch backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.executorch.target import ExecutorchTarget, XnnpackQuantizeRecipe
-from mlbench.backends.spec import BackendSpec, MetricFamily
+from mlbench.plugins.spec import BackendSpec, MetricFamily
 
 # Placements name the devices `xnnpack` and `coreml` (the delegates) and `cpu` (portable kernels). The
 # delegates are not registered as devices: every report's share columns list every registered device, and

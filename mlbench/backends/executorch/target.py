@@ -86,7 +86,7 @@ class ExecutorchTarget(TargetBase):
                 problems.append((("optimize", i), f"unknown xnnpack_quantize optimization '{name}'"
                                  f"{suggest(name, names)} (known: {', '.join(names)})"))
         if self.estimate_on:
-            from mlbench.backends.coreml.chips import builtin_chips, estimate_on_problems  # Core ML's chip profiles
+            from mlbench.backends.apple.chips import builtin_chips, estimate_on_problems  # Core ML's chip profiles
 
             problems += estimate_on_problems(self.estimate_on, list(builtin_chips()))
             if "coreml" not in self.delegate:

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from mlbench import __version__
 from mlbench.backends.base import (
-    REFERENCE,
     Backend,
     CallTimer,
     Exported,
@@ -33,6 +32,7 @@ from mlbench.backends.cached_export import build_cached
 from mlbench.backends.litert.target import LitertQuantizeRecipe, LitertTarget
 from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.machine import package_version
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:

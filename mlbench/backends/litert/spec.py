@@ -1,11 +1,11 @@
-"""Registration of the LiteRT backend (see mlbench.backends.registry).
+"""Registration of the LiteRT backend (see mlbench.plugins.registry).
 
 Every LiteRT operation runs on the CPU, through the XNNPACK delegate or LiteRT's own reference kernels: its
 placement says `cpu` for all of them (each op's `provider` names which), and the share XNNPACK took is a
 figure of this backend's own, `delegated.xnnpack`, shown as a column where a model has it."""
 
 from mlbench.backends.litert.target import LitertQuantizeRecipe, LitertTarget
-from mlbench.backends.spec import CPU, BackendSpec, MetricFamily
+from mlbench.plugins.spec import CPU, BackendSpec, MetricFamily
 
 DELEGATED = MetricFamily(
     prefix="delegated.", placeholder="delegate", unit="ratio", label="{name} share of ops", better="higher", column=True,

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from mlbench import __version__
 from mlbench.backends.base import (
     NO_SOURCE,
-    REFERENCE,
     Backend,
     CallTimer,
     Exported,
@@ -43,6 +42,7 @@ from mlbench.backends.onnxruntime.target import (
     provider_device,
 )
 from mlbench.machine import package_version
+from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
 if TYPE_CHECKING:

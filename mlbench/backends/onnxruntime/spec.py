@@ -1,7 +1,7 @@
-"""Registration of the ONNX Runtime backend (see mlbench.backends.registry)."""
+"""Registration of the ONNX Runtime backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.onnxruntime.target import OnnxruntimeTarget
-from mlbench.backends.spec import CPU, GPU, BackendSpec
+from mlbench.plugins.spec import CPU, GPU, BackendSpec
 
 SPEC = BackendSpec(
     name="onnxruntime",

@@ -13,18 +13,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from mlbench.backends.base import (
-    REFERENCE,
-    Backend,
-    CallTimer,
-    Exported,
-    Measurement,
-    VariantSkipped,
-    runtime_metrics,
-)
+from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, runtime_metrics
 from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
 from mlbench.memory import MemoryMeter, absent_memory
+from mlbench.plugins.spec import REFERENCE
 from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.timing import time_calls, time_once
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.base import REFERENCE, Measurement
+from mlbench.backends.base import Measurement
 from mlbench.generate.metrics import generative_metrics, verification_metrics, verify_generation
 from mlbench.generate.reference import REFERENCE_NAME, eager_generation, prompt_tokens
 from mlbench.generate.timing import decode_rounds, time_decode
+from mlbench.plugins.spec import REFERENCE
 from mlbench.timing import time_calls
 
 if TYPE_CHECKING:

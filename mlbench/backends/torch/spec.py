@@ -1,7 +1,7 @@
-"""Registration of the eager PyTorch backend (see mlbench.backends.registry)."""
+"""Registration of the eager PyTorch backend (see mlbench.plugins.registry)."""
 
-from mlbench.backends.spec import BackendSpec
 from mlbench.backends.torch.target import TorchTarget
+from mlbench.plugins.spec import BackendSpec
 
 SPEC = BackendSpec(
     name="torch",

@@ -11,8 +11,8 @@ from typing import Literal
 from pydantic import Field
 
 from mlbench.backends.base import Backend, Exported, Measurement, placement_metrics, runtime_metrics
-from mlbench.backends.spec import CPU, BackendSpec, DeviceInfo
 from mlbench.config.base import Axis, TargetBase
+from mlbench.plugins.spec import CPU, BackendSpec, DeviceInfo
 from mlbench.records import OpPlacement, Placement
 
 TOY_ACCEL = DeviceInfo(name="toy_accel", label="Toy accelerator", short="TOY", color="#6a1b9a", rank=5)

@@ -235,7 +235,7 @@ def load_program(path: str | Path, function: str | None = None) -> Program:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(path)
-    from mlbench.backends.coreml.messages import import_coremltools
+    from mlbench.backends.apple.coremltools_messages import import_coremltools
 
     import_coremltools()  # quietly: coremltools prints import-time notices on Linux
     from coremltools.proto import Model_pb2  # deferred: importing coremltools is slow

@@ -1,0 +1,165 @@
+"""A calibration profile (one chip and OS, written by `mlbench calibrate`), and which parameters and error
+band an estimate for a chip uses: the user's profile for that chip if one is given, else the shipped
+per-chip fit (chips.yaml), else the shared priors of an uncalibrated chip with the wider band.
+
+Pydantic and YAML only: the fit itself lives in ``fitting`` (it needs the estimator).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError
+
+from mlbench.backends.apple.chips import ChipId, Fit, Parameters
+from mlbench.config.base import StrictModel
+from mlbench.errors import UserError
+from mlbench.records import Band
+
+UNCALIBRATED = "uncalibrated chip"
+
+
+class Observation(StrictModel):
+    """What the Mac did with every op of one signature under one compute-units choice."""
+
+    op_type: str
+    dtype: str = Field(description="The op's output dtype (fp16, fp32, int32, ...; '?' when unknown).")
+    shape: str = Field(description="Shape class of its output: rank and order of magnitude of its elements, "
+                       "e.g. '4d:1e5' (10^5 to 10^6 elements); '?' when unknown.")
+    rule: str = Field(description="The placement rule that decided the op in mlbench's estimate ('eligible' when "
+                      "none kept it off the preferred device).")
+    compute_units: str
+    device: str = Field(description="Where the compute plan put most such ops.")
+    seen: int = Field(ge=1, description="Ops of this signature in the measured runs.")
+    agreed: int = Field(ge=1, description="How many of them ran on `device`.")
+    rules_said: str | None = Field(default=None, description="Where mlbench's rules put most of them.")
+
+    def key(self) -> tuple[str, str, str, str, str]:
+        return (self.op_type, self.dtype, self.shape, self.rule, self.compute_units)
+
+
+class ProfileRow(StrictModel):
+    """One measured run and what the fitted model says of it."""
+
+    model: str
+    variant: str
+    compute_units: str
+    precision: str
+    measured_ms: float = Field(description="Core ML's own median prediction time where recorded, else the "
+                               "wall-clock median.")
+    estimated_ms: float
+    ratio: float = Field(description="estimated ÷ measured, with every run in the fit")
+    loo_ratio: float | None = Field(default=None, description="estimated ÷ measured by a fit without this run")
+
+
+class CalibrationProfile(StrictModel):
+    """One chip and OS: fitted latency parameters and placement observations from measured runs."""
+
+    version: Literal[1] = 1
+    chip: ChipId = Field(description="The chip profile id (chips.yaml) of the Mac that measured.")
+    chip_name: str
+    os: str = Field(description="The OS the runs were measured on, e.g. 'macOS 14.5'.")
+    created: str
+    method: str
+    data: list[str] = Field(description="The reports (or history runs) the profile was calibrated on.")
+    runs: int = Field(ge=0, description="Measured runs (records) the latency fit used.")
+    parameters: Parameters
+    fitted: list[str] = Field(description="Parameters the runs determined.")
+    kept_prior: dict[str, str] = Field(default_factory=dict,
+                                       description="Parameter -> why the runs could not determine it.")
+    rows: list[ProfileRow] = Field(default_factory=list)
+    median_ratio: float | None = None
+    worst_ratio: float | None = None
+    loo_median_ratio: float | None = None
+    loo_worst_ratio: float | None = None
+    placements: list[Observation] = Field(default_factory=list)
+
+    def band(self, where: str) -> Band | None:
+        """The error band its estimates carry: leave-one-out where there was one, else the fit's own."""
+        median, worst, how = self.loo_median_ratio, self.loo_worst_ratio, "LOO"
+        if median is None or worst is None:
+            median, worst, how = self.median_ratio, self.worst_ratio, "in-fit"
+        if median is None or worst is None:
+            return None
+        return Band(median_ratio=max(median, 1.0), worst_ratio=max(worst, 1.0),
+                    basis=f"{self.chip} (calibrated on {self.runs} measured runs, {how} ×{median:.2f}; "
+                    f"{self.os}, profile {where})")
+
+    def observations(self) -> dict[tuple[str, str, str, str, str], Observation]:
+        return {o.key(): o for o in self.placements}
+
+
+class LoadedProfile:
+    """A profile and the file it came from."""
+
+    def __init__(self, profile: CalibrationProfile, path: Path) -> None:
+        self.profile, self.path = profile, path
+
+
+def load_profile(path: Path) -> CalibrationProfile:
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise UserError(f"cannot read the calibration profile: {str(exc).splitlines()[0]}", file=path) from None
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top)"
+        raise UserError(f"not a calibration profile ({first['msg']})", file=path, where=where) from None
+
+
+def _os_order(os_name: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in os_name.rpartition(" ")[2].split(".") if p.isdigit())
+
+
+def load_profiles(path: Path) -> dict[str, LoadedProfile]:
+    """The profiles in `path` (a profile file, or a folder of `*.yaml` ones) by chip id; where a chip has
+    profiles for several OS versions, the newest OS's."""
+    if not path.exists():
+        raise UserError("no such calibration profile or folder (write one with `mlbench calibrate`)", file=path)
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    if not files:
+        raise UserError("no calibration profiles (*.yaml) in this folder", file=path)
+    chosen: dict[str, LoadedProfile] = {}
+    for file in files:
+        profile = load_profile(file)
+        old = chosen.get(profile.chip)
+        if old is None or _os_order(profile.os) > _os_order(old.profile.os):
+            chosen[profile.chip] = LoadedProfile(profile, file)
+    return chosen
+
+
+def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] | None = None
+                    ) -> tuple[Parameters, Band | None]:
+    """The parameters and error band of an estimate on `chip_id`."""
+    loaded = (profiles or {}).get(chip_id)
+    if loaded is not None:
+        return loaded.profile.parameters, loaded.profile.band(loaded.path.name)
+    own = fit.per_chip.get(chip_id)
+    if own is not None:
+        shared = fit.calibrated or fit.parameters
+        params = shared.model_copy(update={"fixed_ms": own.fixed_ms,
+                                           "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms}})
+        return params, _shipped_band(fit, f"{chip_id} calibrated on {own.rows} of them ({own.os})")
+    if fit.per_chip and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
+        return fit.parameters, Band(
+            median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
+            basis=f"{UNCALIBRATED}: no calibration row on the chip, so one set of parameters pooled over the "
+            f"other chips' rows; band from predicting each calibrated chip's rows by a pooled fit without any of "
+            f"them; calibrated {fit.date}")
+    return fit.parameters, _shipped_band(fit, None)
+
+
+def _shipped_band(fit: Fit, which: str | None) -> Band:
+    tail = f" ({which})" if which else ""
+    if fit.loo_median_ratio is not None and fit.loo_worst_ratio is not None:
+        return Band(median_ratio=fit.loo_median_ratio, worst_ratio=fit.loo_worst_ratio,
+                    basis=f"{len(fit.rows)} published Core ML latencies{tail}, each predicted by a fit without it"
+                    f"; calibrated {fit.date}")
+    return Band(median_ratio=fit.median_ratio, worst_ratio=fit.worst_ratio,
+                basis=f"{len(fit.rows)} published Core ML latencies the model was fitted to{tail}; "
+                f"calibrated {fit.date}")

@@ -1,0 +1,157 @@
+"""Estimated Core ML latency per Apple chip: a roofline per operation on its placed device, plus
+dispatch, device switches and a fixed cost per prediction (DESIGN.md, "How Core ML figures are
+estimated": the *roofline* link).
+
+    op       = max(FLOPs / (peak[device, dtype] × efficiency[device]),
+                   bytes / (bandwidth × bandwidth_factor[device])) + dispatch[device]
+    switch   = bytes of the tensor that crosses (the producing op's output) / bandwidth + switch overhead
+    latency  = Σ op + Σ switch + fixed
+
+FLOPs and bytes come from the cost model (bytes count weights at their stored size, so palettized
+weights are read at their compressed size); the device of each op from the variant's placement
+(estimated by the rules, or measured by a compute plan on macOS); peaks and bandwidth from the
+chip's profile (``chips.yaml``); efficiency, bandwidth factor and dispatch per device, switch overhead
+and the fixed cost are fitted
+per device class, never per model, by ``benchmarks/calibrate_latency.py`` (the fixed cost and the dispatch
+per chip and OS), or by ``mlbench calibrate`` on the team's measured runs (``calibration/``). Every
+estimate carries the calibration's error band.
+
+Precision: a float32 program never runs on the Neural Engine (the placement sees to it); ops run at
+their output dtype's peak. Int8 activations (W8A8 programs, which quantize activations) use the
+Neural Engine's int8 rate only on chips whose profile has one (A17 Pro, M4 and newer, per Apple's
+coremltools guide); no calibration row covers it. Weight-only int8 changes bytes, not compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mlbench.backends.apple.calibration.profile import chip_parameters
+from mlbench.backends.apple.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
+from mlbench.backends.apple.cost.base import DTYPE_BITS
+from mlbench.records import Band, Metric
+
+if TYPE_CHECKING:
+    from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis
+    from mlbench.backends.apple.calibration.profile import LoadedProfile
+    from mlbench.records import Placement
+
+__all__ = ["Estimate", "estimate_latency", "latency_band", "latency_metrics"]
+
+METRIC_PREFIX = "latency.estimated."
+NOT_CALIBRATED = "the latency model is not calibrated: run benchmarks/calibrate_latency.py"
+
+
+@dataclass
+class Estimate:
+    """One chip's estimate, in milliseconds, with its parts."""
+
+    total_ms: float
+    compute_ms: dict[str, float] = field(default_factory=dict)  # roofline time per device
+    dispatch_ms: float = 0.0
+    switch_ms: float = 0.0
+    fixed_ms: float = 0.0
+    switches: int = 0
+    unplaced_ops: int = 0  # ops the placement did not place: counted on the preferred device
+
+
+def output_bytes(layer: LayerInfo) -> int:
+    """Bytes of an op's (first) output; 0 when its shape or dtype is unknown."""
+    shape, bits = layer.output_shape, DTYPE_BITS.get(layer.output_dtype or "")
+    if shape is None or bits is None or any(d is None for d in shape):
+        return 0
+    n = 1
+    for d in shape:
+        n *= d  # type: ignore[operator]
+    return (n * bits + 7) // 8
+
+
+def compute_dtype(layer: LayerInfo, device: str, program_fp16: bool, int8_activations: bool) -> str:
+    """The arithmetic an op runs at: its output's float type; the Neural Engine never runs fp32."""
+    if device == "neural_engine":
+        return "int8" if int8_activations else "fp16"
+    if layer.output_dtype in ("fp16", "fp32"):
+        return layer.output_dtype
+    return "fp16" if program_fp16 else "fp32"
+
+
+def op_seconds(layer: LayerInfo, device: str, dtype: str, chip: ChipProfile, params: Parameters) -> float:
+    """Roofline time of one op on its device, without dispatch."""
+    terms = [0.0]
+    if layer.flops is not None:
+        terms.append(layer.flops / (chip.peak(device, dtype) * params.efficiency[device]))
+    if layer.bytes is not None:
+        terms.append(layer.bytes / (chip.memory.bandwidth * params.bandwidth_factor[device]))
+    return max(terms)
+
+
+def estimate_latency(analysis: ProgramAnalysis, placement: Placement, chip: ChipProfile,
+                     params: Parameters) -> Estimate:
+    """The latency of one prediction of `analysis` placed as `placement`, on `chip`."""
+    layers = analysis.layers
+    by_name = {layer.name: layer for layer in layers}
+    aligned = len(placement.ops) == len(layers)
+    fallback = placement.preferred or "cpu"
+    program_fp16 = analysis.precision in ("FLOAT16", "MIXED")
+    int8_activations = "quantize" in analysis.op_counts  # W8A8: activations quantized in the program
+    estimate = Estimate(total_ms=0.0, compute_ms=dict.fromkeys(DEVICES, 0.0), fixed_ms=params.fixed_ms)
+    previous: tuple[str, LayerInfo] | None = None
+    for i, op in enumerate(placement.ops):
+        layer = by_name.get(op.name) or (layers[i] if aligned else None)
+        if layer is None:
+            continue
+        device = op.device if op.device in DEVICES else fallback
+        estimate.unplaced_ops += op.device is None
+        dtype = compute_dtype(layer, device, program_fp16, int8_activations)
+        estimate.compute_ms[device] += 1e3 * op_seconds(layer, device, dtype, chip, params)
+        estimate.dispatch_ms += params.dispatch_ms[device]
+        if previous is not None and previous[0] != device:
+            estimate.switches += 1
+            estimate.switch_ms += 1e3 * output_bytes(previous[1]) / chip.memory.bandwidth + params.switch_overhead_ms
+        previous = (device, layer)
+    estimate.total_ms = (sum(estimate.compute_ms.values()) + estimate.dispatch_ms + estimate.switch_ms
+                         + estimate.fixed_ms)
+    return estimate
+
+
+def latency_band(fit: Fit) -> Band:
+    """The error every estimate carries: how far the calibration's rows were, each predicted without it
+    (leave-one-out) where the fit recorded that, else with every row in the fit."""
+    if fit.loo_median_ratio is not None and fit.loo_worst_ratio is not None:
+        return Band(median_ratio=fit.loo_median_ratio, worst_ratio=fit.loo_worst_ratio,
+                    basis=f"{len(fit.rows)} published Core ML latencies, each predicted by a fit without it"
+                    f"; calibrated {fit.date}")
+    return Band(median_ratio=fit.median_ratio, worst_ratio=fit.worst_ratio,
+                basis=f"{len(fit.rows)} published Core ML latencies the model was fitted to; calibrated {fit.date}")
+
+
+def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: list[str],
+                    own_profiles: dict[str, ChipProfile] | None = None,
+                    this_machine: str | None = None,
+                    calibrations: dict[str, LoadedProfile] | None = None) -> tuple[dict[str, Metric], dict[str, dict]]:
+    """`latency.estimated.<chip>` per chip (ms, estimated, with the band), and each estimate's parts.
+
+    `this_machine` is the chip id of the Mac measuring the variant, if it has a profile: that
+    estimate names the measured median it predicts, so reports show their ratio. `calibrations`: the
+    target's calibration profiles by chip id (``mlbench calibrate``); a chip without one uses the shipped
+    per-chip fit, or the priors and the wider band of an uncalibrated chip.
+    """
+    profiles = {**builtin_chips(), **(own_profiles or {})}
+    fit = calibration()
+    metrics: dict[str, Metric] = {}
+    parts: dict[str, dict] = {}
+    for chip_id in chip_ids:
+        name = METRIC_PREFIX + chip_id
+        if fit is None:
+            metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
+            continue
+        params, band = chip_parameters(fit, chip_id, calibrations)
+        estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
+        metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
+                               band=band or latency_band(fit),
+                               measured_as="latency.median" if chip_id == this_machine else None)
+        parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
+                          "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
+                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name}
+    return metrics, parts
