@@ -23,6 +23,30 @@ Better = Literal["lower", "higher"]
 
 
 @dataclass(frozen=True)
+class ColumnPlace:
+    """Where a metric stands in a model's report tables: the renderers read this, so a metric gets a column
+    by one catalog line and no renderer names it."""
+
+    order: float = 5.0
+    """Left to right; the columns that are no metric (variant, status, vs eager, verify, placement, size,
+    export, note) stand at `report.markdown.run_report.FIXED_ORDER`, metrics between them."""
+    keep: float | None = None
+    """How long a pull-request comment keeps it when columns must fold (lower: longer); None: an extra
+    column's rule (the first one kept beside the median, the others folded first)."""
+    always: bool = False
+    """Shown for every model ('–' where no record carries it); otherwise only where a record does."""
+    title: str | None = None
+    """The Markdown heading where it differs from the metric's label."""
+    formats: tuple[str, ...] = ("markdown", "html")
+    """Which tables show it: `markdown` (a model's table, also drawn in the HTML) and `html` (the HTML's
+    headline table)."""
+
+
+EXTRA = ColumnPlace(formats=("markdown",))
+"""A column only where a model's records carry the metric, in the Markdown table."""
+
+
+@dataclass(frozen=True)
 class MetricInfo:
     name: str
     unit: str
@@ -34,8 +58,8 @@ class MetricInfo:
     """Shown by `mlbench compare` without a rule asking for it."""
     sampled: bool = False
     """Backed by raw latency samples, so compare's noise guard applies."""
-    column: bool = False
-    """Reports give it a column of its own wherever a model's records carry it (a family's metrics)."""
+    column: ColumnPlace | None = None
+    """Its column in the reports' tables, if it has one (`ColumnPlace`)."""
     describe: str = ""
     """One line on what it is, for the notes under a report's table (a family's metrics)."""
     noise_floor: tuple[float, float] | None = None
@@ -51,9 +75,12 @@ class MetricInfo:
 
 
 _CORE: tuple[MetricInfo, ...] = (
-    MetricInfo("latency.median", "ms", "median ms", "lower", compared=True, sampled=True),
-    MetricInfo("latency.best", "ms", "best ms", "lower", compared=True, sampled=True),
-    MetricInfo("load_time", "ms", "load ms", "lower", compared=True),
+    MetricInfo("latency.median", "ms", "median ms", "lower", compared=True, sampled=True,
+               column=ColumnPlace(order=2, keep=2, always=True, title="Median ms")),
+    MetricInfo("latency.best", "ms", "best ms", "lower", compared=True, sampled=True,
+               column=ColumnPlace(order=3, keep=9, always=True, title="Best ms")),
+    MetricInfo("load_time", "ms", "load ms", "lower", compared=True,
+               column=ColumnPlace(order=4.5, always=True, formats=("html",))),
     # placement.<device> (by cost) and placement.count.<device> shares are inserted here, in the registry's device order
     MetricInfo("placement.switches", "count", "switches", "lower", compared=True),
     MetricInfo("verify.max_rel", "rel", "verify max_rel", "lower", compared=True),
@@ -63,7 +90,8 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("verify.emulated.max_rel", "rel", "emulated max_rel", "lower"),
     MetricInfo("verify.emulated.max_abs", "abs", "emulated max_abs", "lower"),
     MetricInfo("size.package", "bytes", "package", "lower", compared=True),
-    MetricInfo("latency.p90", "ms", "p90 ms", "lower", sampled=True),
+    MetricInfo("latency.p90", "ms", "p90 ms", "lower", sampled=True,
+               column=ColumnPlace(order=4, keep=8, always=True)),
     MetricInfo("first_call", "ms", "first call ms", "lower"),
     MetricInfo("compile_time", "ms", "compile ms", "lower"),
     MetricInfo("size.weights", "bytes", "weights", "lower"),
@@ -77,11 +105,11 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("verify.token_agreement", "ratio", "token agreement", "higher", compared=True),
     MetricInfo("verify.logits_max_rel", "rel", "logits max_rel", "lower", compared=True),
     # memory (mlbench/memory.py measures; Core ML's estimate: backends/coreml/memory_estimate.py)
-    MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=True,
+    MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=EXTRA,
                describe="resident memory at the predictions' peak, above the level before loading (‡: in the "
                "vendor's reference runtime on this machine's CPU, not a device)", noise_floor=(0.05, 4e6)),
     MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6)),
-    MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=True,
+    MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=EXTRA,
                describe="weights as stored + the largest sum of live activations in program order, at the variant's "
                "precision and shape (no buffer reuse beyond liveness; the runtime's own workspace left out)"),
 )
@@ -126,7 +154,7 @@ def info(name: str) -> MetricInfo | None:
         suffix = name[len(family.prefix):] if name.startswith(family.prefix) else None
         if suffix is not None and FAMILY_ID.match(suffix):
             return MetricInfo(name, family.unit, family.label.format(name=suffix), family.better,
-                              column=family.column, describe=family.describe)
+                              column=EXTRA if family.column else None, describe=family.describe)
     return None
 
 
@@ -138,9 +166,18 @@ def known_names() -> list[str]:
 
 
 def columns(names: list[str]) -> list[MetricInfo]:
-    """Of the metric names records carry (in order), those that get a column of their own."""
+    """Of the metric names records carry (in order), those that get a column only where they are carried
+    (`ColumnPlace.always` off): a backend's families, memory."""
     found = [info(name) for name in dict.fromkeys(names)]
-    return [m for m in found if m is not None and m.column]
+    return [m for m in found if m is not None and m.column is not None and not m.column.always]
+
+
+def table_columns(names: list[str], table: str) -> list[MetricInfo]:
+    """The metric columns of one kind of table (`markdown` or `html`), left to right: the catalog's
+    `always` columns and those the records carry (`names`), ordered by `ColumnPlace.order`."""
+    always = [m for m in catalog().values() if m.column is not None and m.column.always]
+    chosen = [m for m in (*always, *columns(names)) if m.column is not None and table in m.column.formats]
+    return sorted(chosen, key=lambda m: m.column.order if m.column is not None else 0.0)
 
 
 def compared_by_default() -> list[str]:

@@ -12,7 +12,7 @@ from mlbench.compare.comparison import Comparison, RuleError, compare, parse_rul
 from mlbench.compare.noise import mann_whitney_u
 from mlbench.metrics import known_names
 from mlbench.records import Latency, Metric, RunRecord, RunReport
-from mlbench.report.compare_markdown import render_comparison_markdown
+from mlbench.report.markdown.compare import render_comparison_markdown
 from tests.test_report import report as make_report
 
 # ---------------------------------------------------------------------------------------------

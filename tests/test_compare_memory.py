@@ -19,7 +19,7 @@ def peak(value: float) -> Metric:
 
 def test_memory_peak_is_in_the_catalog_lower_is_better_and_compared_by_default():
     known = info("memory.peak")
-    assert known is not None and (known.unit, known.better, known.column) == ("bytes", "lower", True)
+    assert known is not None and (known.unit, known.better, known.column is not None) == ("bytes", "lower", True)
     assert "memory.peak" in compared_by_default()
     assert known.noise_floor == (0.05, 4e6)
     estimated = info("memory.estimated")

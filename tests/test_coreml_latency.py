@@ -10,7 +10,7 @@ from mlbench.backends.apple.chips import DEVICES, ChipFile, ChipProfile, Paramet
 from mlbench.backends.apple.latency import estimate_latency
 from mlbench.compare.comparison import RuleError, compare, parse_rule
 from mlbench.records import Band, Metric, OpPlacement, Placement
-from mlbench.report.markdown import render_markdown
+from mlbench.report.markdown.run_report import render_markdown
 from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
 from tests.test_report import record, report
@@ -152,7 +152,7 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
             cells.update(zip(names, (c.strip() for c in line.split("|"))))
     assert cells["≈ms a17pro"].startswith("≈") and cells["≈ms m1"].startswith("≈")
     assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
-    from mlbench.report.html import render_html
+    from mlbench.report.html.page import render_html
     from tests.test_html_parity import missing_from_html
 
     assert missing_from_html(result) == []  # the HTML report shows all of it too, estimates per chip included

@@ -62,7 +62,7 @@ def _record(variant: str, metrics: dict, status: str = "ok") -> RunRecord:
 
 def test_the_generation_section_has_a_row_per_variant_and_prompt_with_sources_marked():
     from mlbench.generate.metrics import estimated_metrics
-    from mlbench.report.generate_markdown import generation_section
+    from mlbench.report.markdown.generation import generation_section
 
     eager = generative_metrics(prefill_ms=[10.0], decode_ms=[2.0], kv_cache_bytes=32768)
     onnx = {**generative_metrics(prefill_ms=[1.0], decode_ms=[0.5, 0.5], kv_cache_bytes=32768, token_agreement=0.5,

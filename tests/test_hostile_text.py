@@ -13,9 +13,9 @@ import pytest
 from mlbench.cli.main import main
 from mlbench.compare.comparison import compare
 from mlbench.records import Metric
-from mlbench.report.compare_markdown import render_comparison_markdown
-from mlbench.report.html import render_html
-from mlbench.report.markdown import render_markdown
+from mlbench.report.html.page import render_html
+from mlbench.report.markdown.compare import render_comparison_markdown
+from mlbench.report.markdown.run_report import render_markdown
 from mlbench.report.text import json_text, md_cell, md_code, printable
 from mlbench.run.progress import LiveProgress, PlainProgress
 from tests.test_compare import rec, run_of

@@ -11,10 +11,10 @@ import pytest
 
 from mlbench.plugins.registry import devices
 from mlbench.records import Metric
-from mlbench.report.html import STYLE, render_html
-from mlbench.report.html_charts import LATENCY_COLOR, PLOT_W, TREND_COLOR, hatch_defs
-from mlbench.report.html_latency import latency_chart
-from mlbench.report.html_trend import PAD_B, PAD_L, PAD_T, H, trend_chart
+from mlbench.report.html.charts import LATENCY_COLOR, PLOT_W, TREND_COLOR, hatch_defs
+from mlbench.report.html.latency import latency_chart
+from mlbench.report.html.page import STYLE, render_html
+from mlbench.report.html.trend import PAD_B, PAD_L, PAD_T, H, trend_chart
 from tests.test_compare import rec, run_of
 from tests.test_html_report import Elements, _chromium, sample_report, screenshot
 

@@ -1,12 +1,12 @@
-"""The HTML report's memory-against-latency chart (mlbench/report/html_memory.py)."""
+"""The HTML report's memory-against-latency chart (mlbench/report/html/memory.py)."""
 
 from __future__ import annotations
 
 import re
 
 from mlbench.records import Metric
-from mlbench.report.html import render_html
-from mlbench.report.html_memory import MEMORY_COLOR, memory_chart, memory_section
+from mlbench.report.html.memory import MEMORY_COLOR, memory_chart, memory_section
+from mlbench.report.html.page import render_html
 from tests.test_compare import rec, run_of
 
 MB = 1_000_000
@@ -42,7 +42,7 @@ def test_the_section_says_so_when_no_variant_has_both_figures_and_the_report_car
 
 
 def test_the_markdown_table_has_a_memory_column_in_bytes_where_records_carry_it():
-    from mlbench.report.markdown import render_markdown
+    from mlbench.report.markdown.run_report import render_markdown
 
     text = render_markdown(run_of(_records(), "r1"))
     header = next(line for line in text.splitlines() if line.startswith("| Variant"))

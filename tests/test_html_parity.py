@@ -18,10 +18,10 @@ from mlbench.records import (
     RunReport,
     Verification,
 )
-from mlbench.report.html import render_html
-from mlbench.report.html_charts import label_width
-from mlbench.report.html_markdown import cells, plain
-from mlbench.report.markdown import render_markdown
+from mlbench.report.html.charts import label_width
+from mlbench.report.html.from_markdown import cells, plain
+from mlbench.report.html.page import render_html
+from mlbench.report.markdown.run_report import render_markdown
 from tests.test_compare import rec, run_of
 
 BAND = Band(median_ratio=1.13, worst_ratio=2.01, basis="9 published Core ML latencies")
@@ -191,7 +191,7 @@ def test_the_ship_chart_puts_latency_size_and_error_side_by_side_and_stars_the_u
     # the fastest, cpu_and_gpu/palettize4 the smallest, float32 the closest to the reference: each a candidate
     assert stars == [f"{LONG}/coreml/float16/all/none", f"{LONG}/coreml/float16/cpu_and_gpu/palettize4",
                      f"{LONG}/coreml/float32/cpu_and_gpu/none"]
-    from mlbench.report.html_ship import front, rows_of
+    from mlbench.report.html.ship import front, rows_of
 
     slower = coreml_like_report()
     slower.records[3].metrics["latency.estimated.a17pro"] = Metric(value=2.5, unit="ms", source="estimated")

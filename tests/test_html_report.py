@@ -12,7 +12,7 @@ import pytest
 
 from mlbench.plugins.registry import devices
 from mlbench.records import Metric
-from mlbench.report.html import LATENCY_COLOR, PLOT_W, TREND_COLOR, render_html
+from mlbench.report.html.page import LATENCY_COLOR, PLOT_W, TREND_COLOR, render_html
 from tests.test_compare import rec, run_of
 
 

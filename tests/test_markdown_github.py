@@ -10,10 +10,10 @@ from html.parser import HTMLParser
 from mlbench.compare.comparison import compare
 from mlbench.metrics import ESTIMATE_MARK
 from mlbench.records import ArtifactInfo, Metric, OpPlacement, Placement
-from mlbench.report.compare_markdown import render_comparison_markdown
-from mlbench.report.html import render_html
-from mlbench.report.markdown import FULL_NAME, render_markdown
-from mlbench.report.markdown_layout import COMMENT_LIMIT
+from mlbench.report.html.page import render_html
+from mlbench.report.markdown.compare import render_comparison_markdown
+from mlbench.report.markdown.layout import COMMENT_LIMIT
+from mlbench.report.markdown.run_report import FULL_NAME, render_markdown
 from tests.test_compare import rec, run_of
 
 MACOS_ONLY = "Core ML runs only on macOS; this machine runs Linux"

@@ -12,8 +12,8 @@ import sys
 from mlbench.cli.main import main
 from mlbench.compare.comparison import compare
 from mlbench.records import OpPlacement, OutputError, Placement, Verification
-from mlbench.report.compare_markdown import render_comparison_markdown
-from mlbench.report.markdown import _verify
+from mlbench.report.markdown.compare import render_comparison_markdown
+from mlbench.report.markdown.run_report import _verify
 from mlbench.report.placement import render_placement_markdown
 from mlbench.store.cache import ArtifactCache
 from mlbench.store.entry import BuildResult

@@ -11,7 +11,7 @@ from mlbench.compare.comparison import Interleaved, compare, parse_rules
 from mlbench.compare.paired import hodges_lehmann, min_rounds_for, paired_change, round_ratios, settled
 from mlbench.load import LoadSample, describe, load_between, load_warning, sample
 from mlbench.records import Latency, Metric
-from mlbench.report.compare_markdown import render_comparison_markdown
+from mlbench.report.markdown.compare import render_comparison_markdown
 from tests.test_report import record
 from tests.test_report import report as make_report
 

@@ -12,8 +12,8 @@ from mlbench.backends.base import placement_metrics
 from mlbench.compare.comparison import compare, parse_rules
 from mlbench.metrics import catalog, compared_by_default, headline, info, placement_shares
 from mlbench.records import Metric, OpPlacement, Placement, RunRecord
-from mlbench.report.html import render_html
-from mlbench.report.markdown import render_markdown
+from mlbench.report.html.page import render_html
+from mlbench.report.markdown.run_report import render_markdown
 from tests.test_compare import rec, run_of
 
 

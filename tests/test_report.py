@@ -8,7 +8,7 @@ import pytest
 
 from mlbench.records import Metric, PipelineInfo, RunRecord, RunReport
 from mlbench.report.json_report import ReportSchemaError, render_json
-from mlbench.report.markdown import render_markdown
+from mlbench.report.markdown.run_report import render_markdown
 
 
 def record(variant_id: str, status: str = "ok", median: float | None = 10.0, source: str = "measured",

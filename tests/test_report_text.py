@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mlbench.records import OpPlacement, Placement
-from mlbench.report.markdown import render_markdown
+from mlbench.report.markdown.run_report import render_markdown
 from mlbench.report.placement import render_placement_markdown
 from mlbench.report.text import md_cell, md_code, one_line
 from tests.test_report import record, report
@@ -57,7 +57,7 @@ def test_placement_quotes_op_names_and_reasons():
 
 def test_a_comparison_quotes_paths_machines_and_labels():
     from mlbench.compare.comparison import compare
-    from mlbench.report.compare_markdown import render_comparison_markdown
+    from mlbench.report.markdown.compare import render_comparison_markdown
     from tests.test_compare import rec, run_of
 
     base, head = run_of([rec("m/torch/cpu")], "b"), run_of([rec("m/torch/cpu")], "h")

@@ -180,7 +180,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
         print(json_text(comparison.model_dump_json(indent=2)))
     else:
-        from mlbench.report.compare_markdown import render_comparison_markdown
+        from mlbench.report.markdown.compare import render_comparison_markdown
 
         print(render_comparison_markdown(comparison), end="")
     return 1 if comparison.regressed else 0

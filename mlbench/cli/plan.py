@@ -90,7 +90,7 @@ def _diff(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(diff.to_json(), indent=2))
     else:
-        from mlbench.report.plan_markdown import render_plan_diff_markdown
+        from mlbench.report.markdown.plan import render_plan_diff_markdown
 
         print(render_plan_diff_markdown(diff), end="")
     return 0

@@ -36,7 +36,7 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
     schema is written as failed, with the schema error as its reason; every other record is written."""
     from mlbench.report.fit import fit_report
     from mlbench.report.json_report import ReportSchemaError, render_json
-    from mlbench.report.markdown import render_markdown
+    from mlbench.report.markdown.run_report import render_markdown
 
     try:
         json_text = render_json(report)
@@ -46,7 +46,7 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         json_text = render_json(report)
 
     def html(report: RunReport) -> str:
-        from mlbench.report.html import render_html
+        from mlbench.report.html.page import render_html
 
         return render_html(report, trends=_trends(report, pipeline))
 
@@ -61,7 +61,7 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         write_atomic(path, texts[fmt])
         written[fmt] = path
     if "markdown" in written:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
-        from mlbench.report.markdown import FULL_NAME
+        from mlbench.report.markdown.run_report import FULL_NAME
 
         full = pipeline.report_dir / FULL_NAME
         whole = render_markdown(report, limit=None)

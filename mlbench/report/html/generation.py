@@ -11,9 +11,9 @@ from mlbench.generate.metrics import DECODE, PREFILL
 from mlbench.metrics import estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
-from mlbench.report.generate_markdown import base_label
-from mlbench.report.html_charts import LATENCY_COLOR, PLOT_W, ROW_H, TOP, VALUE_W, hatch_id, label_width, nice_max
-from mlbench.report.html_charts import value_of as _value
+from mlbench.report.html.charts import LATENCY_COLOR, PLOT_W, ROW_H, TOP, VALUE_W, hatch_id, label_width, nice_max
+from mlbench.report.html.charts import value_of as _value
+from mlbench.report.markdown.generation import base_label
 from mlbench.report.text import html_text as escape
 
 

@@ -1,6 +1,6 @@
 """The HTML report's inline SVG charts: latency per model, placement per variant, trends over runs.
 
-- Latency (`html_latency`): one chart per model, each on its own linear scale, so a 0.02 ms model is not
+- Latency (`latency`): one chart per model, each on its own linear scale, so a 0.02 ms model is not
   a 1-px sliver beside a 30 ms one; a bar to the median, a whisker from best to p90, a bar per estimate.
 - Placement: one 100% bar per variant, split by device.
 - Trend: one variant's median over runs against their dates, on an axis that starts at zero, so a

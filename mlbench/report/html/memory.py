@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from mlbench.metrics import ESTIMATE_MARK, format_ms, format_value, source_mark
 from mlbench.records import Metric, RunRecord
-from mlbench.report.html_charts import nice_max
+from mlbench.report.html.charts import nice_max
 from mlbench.report.text import html_text as escape
 
 MEMORY_COLOR = "#2e7d32"

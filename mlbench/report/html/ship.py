@@ -22,8 +22,8 @@ from typing import NamedTuple
 from mlbench.metrics import ESTIMATE_MARK, estimate_mark, source_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
-from mlbench.report.html_charts import LATENCY_COLOR, hatch_id, nice_max, value_of
-from mlbench.report.html_latency import estimate_columns
+from mlbench.report.html.charts import LATENCY_COLOR, hatch_id, nice_max, value_of
+from mlbench.report.html.latency import estimate_columns
 from mlbench.report.text import html_text as escape
 from mlbench.units import human_bytes
 

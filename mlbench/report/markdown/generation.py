@@ -19,7 +19,7 @@ from mlbench.generate.metrics import (
 from mlbench.metrics import format_ms, source_mark
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric, RunRecord
-from mlbench.report.markdown_layout import Column, render_table
+from mlbench.report.markdown.layout import Column, render_table
 from mlbench.report.text import md_code
 from mlbench.units import human_bytes
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from mlbench.metrics import MetricInfo, columns, estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import Metric, RunRecord
-from mlbench.report.html_charts import (
+from mlbench.report.html.charts import (
     CHIP_COLORS,
     LATENCY_COLOR,
     PLOT_W,

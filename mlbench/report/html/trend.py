@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 
 from mlbench.metrics import estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
-from mlbench.report.html_charts import TREND_COLOR, TrendPoint, nice_max
+from mlbench.report.html.charts import TREND_COLOR, TrendPoint, nice_max
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 W, H = 360, 180

@@ -1,17 +1,17 @@
 """The Markdown report: one table per model, a row per variant, made for a pull-request comment.
 
 What each cell says lives here; how the table fits a comment (columns, folds, notes said once, the
-size limit) lives in `markdown_layout`."""
+size limit) lives in `layout`."""
 
 from __future__ import annotations
 
 from math import isfinite
 
-from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark
+from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark, table_columns
 from mlbench.plugins.registry import devices, specs
 from mlbench.plugins.spec import REFERENCE, load_attr
 from mlbench.records import Metric, RunRecord, RunReport
-from mlbench.report.markdown_layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
+from mlbench.report.markdown.layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
 from mlbench.report.text import md_cell, md_code, md_inline
 from mlbench.units import human_bytes
 
@@ -95,8 +95,8 @@ def _placement(record: RunRecord) -> tuple[str, str, str]:
     return f"{mark}{cost}" if by_cost else cost, f"{mark}{count}", f"{mark}{placement.switches}"
 
 
-def _estimate_cell(record: RunRecord, column: MetricInfo) -> str:
-    """An extra column's figure (`≈` when estimated), with measured ÷ estimated where this machine
+def _metric_cell(record: RunRecord, column: MetricInfo) -> str:
+    """A metric column's figure (`≈` when estimated), with measured ÷ estimated where this machine
     measured what the estimate predicts."""
     metric = record.metrics.get(column.name)
     text = fmt_metric(metric) if column.unit == "ms" else fmt_metric(metric, column.format)  # bytes: 44.7 MB
@@ -138,10 +138,24 @@ def render_placement_notes(records: list[RunRecord]) -> list[str]:
     return lines + [""]
 
 
+FIXED_ORDER = {"variant": 0, "status": 1, "speedup": 6, "verify": 7, "shares": 8, "counts": 9, "switches": 10,
+               "size": 11, "export": 12, "note": 13}
+"""Where the columns that are no metric stand; the metric columns (`ColumnPlace.order`) fall between them."""
+
+
+def _metric_keep(column: MetricInfo, extra_index: int) -> float:
+    """How long a comment keeps a metric's column: its catalog's `keep`, else an extra column's rule (the
+    first one, e.g. the first chip's estimate, beside the median; the others folded first)."""
+    place = column.column
+    if place is not None and place.keep is not None:
+        return place.keep
+    return 2.5 if extra_index == 0 else 8.5 + extra_index
+
+
 def model_columns(records: list[RunRecord]) -> list[Column]:
     """Every column of a model's table, in display order; `priority` says which stay out of the fold."""
     baseline = baseline_for(records)
-    extra = extra_columns(records)
+    metric_columns = table_columns([name for r in records for name in r.metrics], "markdown")
     cells: dict[str, list[str]] = {}
 
     def add(name: str, value: str) -> None:
@@ -152,10 +166,8 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         shares, counts, switches = _placement(r)
         add("variant", md_code(variant_label(r)))
         add("status", STATUS_MARK[r.status])
-        for name in ("median", "best", "p90"):
-            add(name, fmt_metric(r.metrics.get(f"latency.{name}")))
-        for column in extra:
-            add(column.name, _estimate_cell(r, column))
+        for column in metric_columns:
+            add(column.name, _metric_cell(r, column))
         add("speedup", _speedup(r, baseline))
         add("verify", _verify(r))
         add("shares", shares)
@@ -165,14 +177,9 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         add("export", export)
         add("note", _note(r))
     shorts = " / ".join(d.short for d in devices().values())
-    return [
+    fixed = [
         Column("Variant", cells["variant"], priority=0),
         Column("Status", cells["status"], priority=1),
-        Column("Median ms", cells["median"], right=True, priority=2),
-        Column("Best ms", cells["best"], right=True, priority=9),
-        Column("p90 ms", cells["p90"], right=True, priority=8),
-        # a backend's extra figures (e.g. estimated latency per chip): the first is kept beside the median
-        *(Column(c.label, cells[c.name], right=True, priority=2.5 if i == 0 else 8.5 + i) for i, c in enumerate(extra)),
         Column("vs eager", cells["speedup"], right=True, priority=4),
         Column("Verify max_rel", cells["verify"], right=True, priority=5),
         Column(f"{shorts} % of cost", cells["shares"], right=True, priority=6),
@@ -182,6 +189,15 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         Column("Export", cells["export"], right=True, priority=11),
         Column("Note", cells["note"], priority=3, note=True),
     ]
+    placed: list[tuple[float, int, Column]] = list(zip(FIXED_ORDER.values(), range(len(fixed)), fixed, strict=True))
+    extras = [c for c in metric_columns if c.column is not None and not c.column.always]
+    for column in metric_columns:
+        place = column.column
+        assert place is not None  # table_columns gives only metrics with a column
+        keep = _metric_keep(column, extras.index(column) if column in extras else 0)
+        placed.append((place.order, len(placed), Column(place.title or column.label, cells[column.name],
+                                                        right=True, priority=keep)))
+    return [column for _, _, column in sorted(placed, key=lambda item: (item[0], item[1]))]
 
 
 def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
@@ -191,7 +207,7 @@ def render_model_table(model: str, records: list[RunRecord], artifacts: dict[str
 def model_table(model: str, records: list[RunRecord], max_columns: int = MAX_COLUMNS) -> list[str]:
     """The model's heading and its table (folded columns included): what a comment keeps longest.
     `max_columns`: how many stay out of the fold (the HTML report shows them all)."""
-    from mlbench.report.generate_markdown import generation_section  # a generative model's table (else nothing)
+    from mlbench.report.markdown.generation import generation_section  # a generative model's table (else nothing)
 
     baseline = baseline_for(records)
     lines = [f"### {md_cell(model)}", "", *render_table(model_columns(records), max_columns)]

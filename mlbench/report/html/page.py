@@ -1,9 +1,9 @@
 """The HTML report: one self-contained file with inline SVG charts — no script, no network.
 
 A pure function of a RunReport (and, optionally, earlier runs' figures from the history): latency per
-model with each chip's estimate (`html_latency`), which variant to ship (`html_ship`), placement per model
-(`html_charts`), trends over runs (`html_trend`), a table of the headline figures, then every model's
-Markdown table, notes and backend sections as HTML (`html_markdown`): the HTML never shows less than the
+model with each chip's estimate (`latency`), which variant to ship (`ship`), placement per model
+(`charts`), trends over runs (`trend`), a table of the headline figures, then every model's
+Markdown table, notes and backend sections as HTML (`from_markdown`): the HTML never shows less than the
 Markdown. Estimated figures are drawn hatched and carry `≈`, like the Markdown report; absent ones say why.
 Each section is one `*_section` function called from `render_html`: add a chart the same way.
 """
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mlbench.metrics import ESTIMATE_MARK, headline, source_mark
+from mlbench.metrics import ESTIMATE_MARK, headline, source_mark, table_columns
 from mlbench.plugins.registry import devices
 from mlbench.records import RunRecord, RunReport
-from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
+from mlbench.report.html.charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
     LABEL_W,
     LATENCY_COLOR,
     PLOT_W,
@@ -26,13 +26,13 @@ from mlbench.report.html_charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
     label_width,
     placement_chart,
 )
-from mlbench.report.html_charts import value_of as _value
-from mlbench.report.html_latency import latency_chart, latency_legend, not_timed_note
-from mlbench.report.html_markdown import to_html
-from mlbench.report.html_memory import memory_section
-from mlbench.report.html_ship import ship_chart, ship_legend, wanted
-from mlbench.report.html_trend import trend_chart
-from mlbench.report.markdown import fmt_metric, model_details, model_table, variant_label
+from mlbench.report.html.charts import value_of as _value
+from mlbench.report.html.from_markdown import to_html
+from mlbench.report.html.latency import latency_chart, latency_legend, not_timed_note
+from mlbench.report.html.memory import memory_section
+from mlbench.report.html.ship import ship_chart, ship_legend, wanted
+from mlbench.report.html.trend import trend_chart
+from mlbench.report.markdown.run_report import fmt_metric, model_details, model_table, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 STYLE = """
@@ -111,23 +111,25 @@ def figures_section(report: RunReport) -> list[str]:
 
 
 def _table(records: Sequence[RunRecord]) -> str:
+    """The headline table: the catalog's `html` metric columns (`ColumnPlace`) between variant, status and
+    verify, placement and note."""
     share = next((name for name in headline() if name.startswith("placement.")), None)
     share_label = f"{devices()[share.removeprefix('placement.')].label} % of cost" if share else "placement"
-    head = ("variant", "status", "median ms", "best ms", "p90 ms", "load ms", "verify max_rel", share_label, "note")
+    metric_columns = table_columns([name for r in records for name in r.metrics], "html")
+    head = ("variant", "status", *(m.label for m in metric_columns), "verify max_rel", share_label, "note")
     rows = []
     for r in records:
         ne = _value(r, share) if share else None
         cells = [
             escape(r.variant_id), f'<span class="{r.status}">{escape(r.status)}</span>',
-            fmt_metric(r.metrics.get("latency.median")), fmt_metric(r.metrics.get("latency.best")),
-            fmt_metric(r.metrics.get("latency.p90")),
-            fmt_metric(r.metrics.get("load_time")),
+            *(fmt_metric(r.metrics.get(m.name)) if m.unit == "ms" else fmt_metric(r.metrics.get(m.name), m.format)
+              for m in metric_columns),
             (source_mark(r.verify.source) + f"{r.verify.max_rel:.2e}") if r.verify else "–",
             fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
             escape((r.error or "")[:160]),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+    return ("<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
             + "".join(rows) + "</tbody></table>")
 
 
@@ -160,7 +162,7 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
 
     body.append("<h2>Latency per model</h2>")
     body += latency_section(report.records)
-    from mlbench.report.html_generate import generation_html  # a generative model's charts (none otherwise)
+    from mlbench.report.html.generation import generation_html  # a generative model's charts (none otherwise)
 
     body += generation_html(report.records)
     ship = ship_section(report.records)
