@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from mlbench.compare.comparison import compare
     from mlbench.compare.rules import parse_rules
-    from mlbench.load import describe, load_between, sample
+    from mlbench.machine_load import describe, load_between, sample
     from mlbench.run.ab import AbSettings, run_ab
     from mlbench.run.progress import Progress
     from mlbench.run.runner import run

@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    from mlbench.load import describe, load_between, sample
+    from mlbench.machine_load import describe, load_between, sample
 
     start = sample()
     mine, bare = harness_rounds(args.model, args.rounds, args.warmup, args.repeats)

@@ -136,7 +136,7 @@ def main() -> None:
 
 
 def speedup(args: argparse.Namespace) -> None:
-    from mlbench.load import describe, load_between, sample
+    from mlbench.machine_load import describe, load_between, sample
 
     start = sample()
     serial: list[float] = []

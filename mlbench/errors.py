@@ -72,6 +72,34 @@ def one_line(text: str, limit: int = 200) -> str:
     return text
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception of a `raise ... from` chain: converters wrap the real reason (an unsupported
+    op, a data-dependent branch) in generic 'failed to export' errors."""
+    seen = {id(exc)}
+    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
+        exc = exc.__cause__
+        seen.add(id(exc))
+    return exc
+
+
+def first_line(exc: BaseException | str, limit: int = 200, *, cause: bool = False, comments: bool = True) -> str:
+    """The line that says what went wrong, named by its exception type, on one line and cut to `limit`: the
+    one helper every exporter and model source uses for a failure's message. `cause`: of the root cause;
+    `comments=False`: skipping `#` lines (a converter's hints); terminal colours are dropped."""
+    if cause and isinstance(exc, BaseException):
+        exc = root_cause(exc)
+    text = _ANSI.sub("", str(exc)).strip()
+    lines = [line.strip() for line in text.splitlines()
+             if line.strip() and (comments or not line.strip().startswith("#"))]
+    first = lines[0] if lines else (type(exc).__name__ if isinstance(exc, BaseException) else "")
+    if isinstance(exc, BaseException) and not first.startswith(type(exc).__name__):
+        first = f"{type(exc).__name__}: {first}"
+    return one_line(first, limit)
+
+
 SIGNAL_MEANING = {"SIGSEGV": "segmentation fault", "SIGBUS": "bus error", "SIGABRT": "abort",
                    "SIGFPE": "arithmetic error", "SIGILL": "illegal instruction",
                    "SIGKILL": "the system's out-of-memory killer, or another process"}

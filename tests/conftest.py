@@ -20,8 +20,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
+"""The tests folder: its shared parts (fake_coremltools, toy_backend, golden, models) sit here, whatever a
+test file's depth."""
 HOME_ENV = ("HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME")
-SNAPSHOT_ENV = "MLBENCH_TEST_REAL_HOME"  # the real home's snapshot, for tests/test_zz_home_untouched.py
+SNAPSHOT_ENV = "MLBENCH_TEST_REAL_HOME"  # the real home's snapshot, for tests/test_home_untouched.py
 
 
 def _real_home_snapshot() -> dict:

@@ -1,5 +1,5 @@
 """Did the test session leave the user's home alone? Read-only checks against the snapshot conftest took at the
-start, before redirecting HOME, the XDG folders and mlbench's variables (tests/test_zz_home_untouched.py and the
+start, before redirecting HOME, the XDG folders and mlbench's variables (tests/test_home_untouched.py and the
 controller's session finish use them)."""
 
 from __future__ import annotations

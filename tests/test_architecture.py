@@ -83,3 +83,44 @@ def test_the_core_names_no_backend_or_device():
     quoted = re.compile(rf"""["']({words})["']""")
     core = {name: path for name, path in _modules().items() if not name.startswith("mlbench.backends")}
     assert [name for name, path in core.items() if quoted.search(path.read_text(encoding="utf-8"))] == []
+
+
+LAYERS = (
+    "mlbench", "errors", "units", "cpus", "machine_load", "records", "overflow", "timing", "memory", "verify",
+    "plugins", "metrics", "machine", "store", "config", "matrix", "compare", "sources", "generate", "plan_diff",
+    "report", "backends", "validate", "run", "cli", "__main__",
+)
+"""mlbench's rooms (a top-level package or module) from the ground floor up, declared once: a room imports
+only rooms before it. `plugins` (the registry and what a backend publishes) is the ground floor that config,
+reports, compare and the CLI read backends through; `validate` checks a pipeline whole, above what it
+consults; `backends` stands above the core it uses; `run` and `cli` at the top."""
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "mlbench"
+
+
+def test_rooms_import_only_rooms_below_them():
+    mods = _modules()
+    rooms = {_room(name) for name in mods}
+    assert rooms == set(LAYERS), f"rooms not in LAYERS: {sorted(rooms - set(LAYERS))}; gone: {sorted(set(LAYERS) - rooms)}"
+    level = {room: i for i, room in enumerate(LAYERS)}
+    upward = sorted(f"{name} -> {target}" for name, path in mods.items() for target in _imports(name, path, set(mods))
+                    if level[_room(target)] > level[_room(name)])
+    assert upward == []
+
+
+def test_every_package_has_its_test_folder():
+    """tests/ mirrors mlbench/: each top-level package and each backend has a folder of its tests."""
+    tests = Path(__file__).resolve().parent
+    packages = [p.relative_to(PACKAGE) for p in PACKAGE.iterdir() if (p / "__init__.py").exists()]
+    packages += [p.relative_to(PACKAGE) for p in (PACKAGE / "backends").iterdir() if (p / "__init__.py").exists()]
+    missing = [str(p) for p in packages if not any((tests / p).glob("test_*.py"))]
+    assert missing == []
+
+
+def test_test_files_are_named_by_subject_not_by_round():
+    tests = Path(__file__).resolve().parent
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert [n for n in names if re.search(r"_v\d+\.py$|^test_zz|_new\.py$|_old\.py$", n)] == []

@@ -28,7 +28,7 @@ def bench():
 def test_the_config_names_the_silent_modules_and_existing_fast_tests(bench):
     settings, modules = bench.load_config()
     assert settings.max_children == 1
-    assert modules["compare"].tests[:2] == ["tests/test_compare.py", "tests/test_compare_gate.py"]
+    assert modules["compare"].tests[:2] == ["tests/compare/test_comparison.py", "tests/compare/test_gate.py"]
     assert list(modules) == ["compare", "cache", "journal", "placement", "verify", "matrix"]
     assert [p for m in modules.values() for p in m.paths] == [
         "mlbench/compare/comparison.py", "mlbench/compare/rules.py", "mlbench/compare/noise.py",
@@ -114,4 +114,4 @@ def test_an_unknown_module_is_refused(bench, capsys):
     assert capsys.readouterr().err.splitlines()[-1].endswith(
         "error: unknown module 'nope' (known: compare, cache, journal, placement, verify, matrix, all)")
     assert bench.main(["--list", "--module", "journal"]) == 0
-    assert capsys.readouterr().out == "journal: mlbench/run/journal.py\n  tests: tests/test_journal.py\n"
+    assert capsys.readouterr().out == "journal: mlbench/run/journal.py\n  tests: tests/run/test_journal.py\n"

@@ -37,8 +37,8 @@ from mlbench.compare.rules import (  # noqa: F401  (re-exported: the rules are p
     parse_rule,
     parse_rules,
 )
-from mlbench.load import load_warning
 from mlbench.machine import machine_key, machine_words
+from mlbench.machine_load import load_warning
 from mlbench.metrics import compared_by_default, estimate_mark, format_value, info
 from mlbench.records import RunRecord, RunReport
 

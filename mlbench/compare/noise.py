@@ -5,7 +5,7 @@ counts a change, `mann_whitney_u` asks whether the two runs' samples could come 
 distribution. The test is rank-based (no assumption of normal timings, robust to the long right
 tail timings have), two-sided, and exact when either sample has at most 8 values and there are no
 ties (normal approximation with tie and continuity corrections otherwise) — the same choices as
-`scipy.stats.mannwhitneyu`'s `method="auto"` (tests/test_noise_vs_scipy.py checks them on random
+`scipy.stats.mannwhitneyu`'s `method="auto"` (tests/compare/test_noise.py checks them on random
 cases), computed here with numpy so the guard needs no scipy. Its memory is bounded whatever `max_repeats` allowed:
 past `TEST_MAX_SAMPLES` (rank test) and `BOOTSTRAP_MAX_SAMPLES` (interval) a side is a seeded random subset.
 

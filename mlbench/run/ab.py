@@ -44,8 +44,8 @@ from mlbench.compare.paired import (
 from mlbench.compare.rules import Rule, default_rules, parse_rules
 from mlbench.config.pipeline_file import Pipeline
 from mlbench.errors import short_error
-from mlbench.load import load_between, sample
 from mlbench.machine import snapshot
+from mlbench.machine_load import load_between, sample
 from mlbench.matrix import Plan, Variant, expand
 from mlbench.records import Metric, PipelineInfo, RunRecord, RunReport
 from mlbench.run.tasks import WorkContext, utc_now

@@ -17,8 +17,8 @@ import uuid
 from mlbench import __version__
 from mlbench.config.pipeline_file import Pipeline
 from mlbench.errors import UserError, short_error
-from mlbench.load import LoadSample, load_between, sample
 from mlbench.machine import snapshot
+from mlbench.machine_load import LoadSample, load_between, sample
 from mlbench.matrix import Plan, expand
 from mlbench.plugins.registry import backend_class
 from mlbench.records import PipelineInfo, RunRecord, RunReport

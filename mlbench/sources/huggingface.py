@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mlbench.errors import first_line
 from mlbench.sources.errors import ModelLoadError
 
 __all__ = ["from_config", "from_folder"]
@@ -68,7 +69,7 @@ def from_config(class_name: str, kwargs: dict[str, Any]) -> Any:
     except ModelLoadError:
         raise
     except Exception as exc:
-        raise ModelLoadError(f"building transformers.{class_name} failed: {_one_line(exc)}") from exc
+        raise ModelLoadError(f"building transformers.{class_name} failed: {first_line(exc)}") from exc
 
 
 def from_folder(path: Path, kwargs: dict[str, Any]) -> Any:
@@ -80,15 +81,10 @@ def from_folder(path: Path, kwargs: dict[str, Any]) -> Any:
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
-        raise ModelLoadError(f"cannot read {path.name}/config.json: {_one_line(exc)}") from exc
+        raise ModelLoadError(f"cannot read {path.name}/config.json: {first_line(exc)}") from exc
     name = kwargs.get("class") or next(iter(getattr(config, "architectures", None) or []), "AutoModel")
     cls = _model_class(transformers, str(name))
     try:
         return cls.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
-        raise ModelLoadError(f"loading {path.name} as {name} failed: {_one_line(exc)}") from exc
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]
+        raise ModelLoadError(f"loading {path.name} as {name} failed: {first_line(exc)}") from exc

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlbench.errors import first_line
 from mlbench.sources.errors import ModelLoadError
 from mlbench.sources.inputs import InputMaker
 from mlbench.store.hashing import sha256_file
@@ -237,7 +238,7 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
             output = module(**dict(zip(names, inputs)), **options) if spec.keyword_inputs else module(*inputs)
     except Exception as exc:
         shapes = ", ".join(f"{i.name}{i.default_shape}" for i in spec.inputs)
-        raise ModelLoadError(f"model does not run on its inputs ({shapes}): {_first_line(exc)}") from exc
+        raise ModelLoadError(f"model does not run on its inputs ({shapes}): {first_line(exc, 1000)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]
     if needs_binding(output, spec.keyword_inputs):
         module = BoundModule(module, names if spec.keyword_inputs else None, options).eval()
@@ -273,11 +274,6 @@ def _factory_file_sha256(kind: str, where: str, base_dir: Path) -> str:
         return sha256_file(path) if path else ""
     except OSError:
         return ""
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
 def _source_file_sha256(cls: type, files: dict[str, str]) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from mlbench.errors import first_line
 from mlbench.sources.errors import ModelLoadError
 
 
@@ -32,14 +33,14 @@ def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
         try:
             program = torch.export.load(str(path))
         except Exception as exc:
-            raise ModelLoadError(f"torch.export.load({path.name}) failed: {_one_line(exc)}") from exc
+            raise ModelLoadError(f"torch.export.load({path.name}) failed: {first_line(exc)}") from exc
         return ExportedModule(program.module())
     if path.suffix == ".pt":
         try:
             return torch.jit.load(str(path), map_location="cpu")
         except Exception as exc:
             raise ModelLoadError(f"torch.jit.load({path.name}) failed (a .pt source is a TorchScript file "
-                                 f"from torch.jit.save): {_one_line(exc)}") from exc
+                                 f"from torch.jit.save): {first_line(exc)}") from exc
     raise ModelLoadError(f"'{path.name}' is not a saved model: use .pt2 (torch.export), .pt (TorchScript) or "
                          "a save_pretrained folder")
 
@@ -72,8 +73,3 @@ def file_digest(path: Path) -> str:
             for chunk in iter(lambda: handle.read(1 << 20), b""):
                 digest.update(chunk)
     return digest.hexdigest()
-
-
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[0] if lines else ''}"[:200]

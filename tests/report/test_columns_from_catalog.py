@@ -13,7 +13,7 @@ from mlbench.metrics import ColumnPlace, MetricInfo
 from mlbench.records import Metric
 from mlbench.report.html.page import render_html
 from mlbench.report.markdown.run_report import render_markdown
-from tests.test_compare import rec, run_of
+from tests.compare.test_comparison import rec, run_of
 
 NEW = MetricInfo("energy.per_call", "ms", "energy proxy ms", "lower", compared=True,
                  column=ColumnPlace(order=4.2, keep=2.2), describe="a test-only metric")

@@ -28,7 +28,7 @@ from typing import Any
 
 from mlbench.backends.capture import captured, distinct_lines
 from mlbench.backends.executorch.cost import node_flops
-from mlbench.errors import ReportableError, one_line
+from mlbench.errors import ReportableError, first_line, one_line
 
 FOLDER = "program"
 PTE = "model.pte"
@@ -68,12 +68,6 @@ def require_executorch() -> None:
         raise ExecutorchExportError(f"{MISSING} ({one_line(str(exc), 120)})") from None
     finally:
         pytree.setLevel(level)
-
-
-def _first_line(exc: BaseException, limit: int = 200) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    text = lines[0] if lines else ""
-    return one_line(f"{type(exc).__name__}: {text}" if text else type(exc).__name__, limit)
 
 
 def _half_module(module: Any) -> Any:
@@ -166,14 +160,14 @@ def export_pte(module: Any, example_inputs: Sequence[Any], *, delegate: str, pre
             step = "to_executorch"
             et_program = edge.to_executorch()
     except Exception as exc:  # noqa: BLE001 - every step's failure is the variant's one-line reason
-        raise ExecutorchExportError(f"ExecuTorch export failed at {step}: {_first_line(exc)}") from None
+        raise ExecutorchExportError(f"ExecuTorch export failed at {step}: {first_line(exc)}") from None
     folder = dest / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     (folder / PTE).write_bytes(et_program.buffer)
     try:
         et_program.get_etrecord().save(str(folder / ETRECORD))
     except Exception as exc:  # noqa: BLE001 - the per-op table then has no node names, nothing else is lost
-        messages.append(f"no ETRecord: {_first_line(exc)}")
+        messages.append(f"no ETRecord: {first_line(exc)}")
     summary = partition_summary(et_program.exported_program().graph_module,
                                 et_program.executorch_program.execution_plan[0])
     if delegate == "coreml":
@@ -182,7 +176,7 @@ def export_pte(module: Any, example_inputs: Sequence[Any], *, delegate: str, pre
         try:
             summary["coreml_programs"] = save_programs(et_program.exported_program().graph_module, folder)
         except Exception as exc:  # noqa: BLE001 - the .pte stands; only the embedded programs' analysis is lost
-            messages.append(f"the Core ML delegate's programs were not unpacked: {_first_line(exc)}")
+            messages.append(f"the Core ML delegate's programs were not unpacked: {first_line(exc)}")
     (folder / SUMMARY).write_text(json.dumps(summary, indent=1))
     return PteExportResult(artifact=folder, export_path=EXPORT_PATH, fallback_reason=None,
                            seconds=time.perf_counter() - t0, summary=summary,

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.capture import captured, distinct_lines, quiet_native_stderr
-from mlbench.errors import ReportableError, one_line
+from mlbench.errors import ReportableError, first_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
@@ -56,26 +56,6 @@ class LitertExportResult:
     quantization: str | None = None
     calibration_samples: int | None = None
     warnings: list[str] = field(default_factory=list)
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    seen = {id(exc)}
-    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
-        exc = exc.__cause__
-        seen.add(id(exc))
-    return exc
-
-
-def first_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """The root cause's first meaningful line, named by its exception type."""
-    if isinstance(exc, BaseException):
-        exc = _root_cause(exc)
-    text = str(exc).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    first = lines[0] if lines else (type(exc).__name__ if isinstance(exc, BaseException) else "")
-    if isinstance(exc, BaseException) and not first.startswith(type(exc).__name__):
-        first = f"{type(exc).__name__}: {first}"
-    return one_line(first, limit)
 
 
 @contextlib.contextmanager
@@ -156,7 +136,7 @@ def export_tflite(
     try:
         flatbuffer = _convert(module, tuple(example_inputs), messages)
     except Exception as exc:  # noqa: BLE001 - every converter error is reported on one line
-        raise LitertExportError(f"LiteRT export failed: {EXPORT_PATH}: {first_line(exc)}") from None
+        raise LitertExportError(f"LiteRT export failed: {EXPORT_PATH}: {first_line(exc, MAX_MESSAGE_CHARS, cause=True)}") from None
     quantization = None
     used = None
     try:
@@ -175,7 +155,7 @@ def export_tflite(
             flatbuffer = _quantize(flatbuffer, _recipe(scheme), feeds, messages)
             quantization = RECIPE_API[scheme]
     except Exception as exc:  # noqa: BLE001 - every quantizer error is reported on one line
-        raise LitertExportError(f"LiteRT quantization ({scheme or precision}) failed: {first_line(exc)}") from None
+        raise LitertExportError(f"LiteRT quantization ({scheme or precision}) failed: {first_line(exc, MAX_MESSAGE_CHARS, cause=True)}") from None
     path = dest / MODEL_NAME
     path.write_bytes(flatbuffer)
     return LitertExportResult(artifact=path, export_path=EXPORT_PATH, fallback_reason=None,

@@ -25,7 +25,7 @@ The exporter's console output is silenced and its warnings are returned in
 
 from __future__ import annotations
 
-import re
+import functools
 import shutil
 import time
 from collections.abc import Sequence
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.capture import captured, distinct_lines
-from mlbench.errors import ReportableError, one_line
+from mlbench.errors import ReportableError, first_line
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
@@ -63,30 +63,8 @@ class OnnxExportResult:
     warnings: list[str] = field(default_factory=list)
 
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception: torch.onnx wraps the real reason (an unsupported op, a data-dependent
-    branch) in generic 'Failed to export/convert ... step n/3' errors."""
-    seen = {id(exc)}
-    while exc.__cause__ is not None and id(exc.__cause__) not in seen:
-        exc = exc.__cause__
-        seen.add(id(exc))
-    return exc
-
-
-def _first_line(exc: BaseException | str, limit: int = MAX_MESSAGE_CHARS) -> str:
-    """The line that says what went wrong: of the root cause, without colours or `#` comment lines,
-    named by its exception type; shortened like every exporter's messages."""
-    if isinstance(exc, BaseException):
-        exc = _root_cause(exc)
-    text = _ANSI.sub("", str(exc)).strip()
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("#")]
-    first = lines[0] if lines else (type(exc).__name__ if isinstance(exc, BaseException) else "")
-    if isinstance(exc, BaseException) and not first.startswith(type(exc).__name__):
-        first = f"{type(exc).__name__}: {first}"
-    return one_line(first, limit)
+_first_line = functools.partial(first_line, limit=MAX_MESSAGE_CHARS, cause=True, comments=False)
+"""A failure's line as ONNX Runtime's exporter says it: of the root cause, without its `#` hint lines."""
 
 
 def _captured(sink: list[str]) -> Any:

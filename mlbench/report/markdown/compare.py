@@ -54,7 +54,7 @@ def _summary_row(v: VariantComparison) -> str:
 
 
 def _interleaved(info: Interleaved) -> str:
-    from mlbench.load import describe
+    from mlbench.machine_load import describe
 
     load = f" Load meanwhile: {describe(info.load)}." if info.load else ""
     ran = sorted(set(info.rounds_run.values()))
