@@ -29,7 +29,7 @@ def specs() -> dict[str, BackendSpec]:
             continue  # the same distribution seen twice on sys.path (an editable install and a copy)
         try:
             spec = entry.load()
-        except Exception as exc:
+        except Exception as exc:  # an outside package's entry point: whatever it raises becomes one line
             raise UserError(f"backend '{entry.name}' ({entry.value}) cannot be loaded: "
                             f"{type(exc).__name__}: {exc}") from exc
         if not isinstance(spec, BackendSpec) or spec.name != entry.name:

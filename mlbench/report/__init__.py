@@ -26,7 +26,7 @@ def write_atomic(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException:  # any failure, Ctrl-C included: no half-written file is left, and it re-raises
         Path(tmp).unlink(missing_ok=True)
         raise
 

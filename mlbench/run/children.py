@@ -100,7 +100,7 @@ class Child:
                 stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
                 env=_child_env(), start_new_session=True,  # its own process group: a kill takes its children
             )
-        except BaseException:
+        except BaseException:  # any failure, Ctrl-C included: the pipe ends close, and it re-raises
             parent_end.close()
             os.close(self._lifeline)
             raise

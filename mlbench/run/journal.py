@@ -86,7 +86,7 @@ class Journal:
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, self.path)
-        except BaseException:
+        except BaseException:  # any failure, Ctrl-C included: no half-written journal is left, and it re-raises
             Path(tmp).unlink(missing_ok=True)
             raise
 

@@ -240,7 +240,7 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
             raise
         except UserError:  # a mistake found on the way (e.g. no journal to resume): nothing to report
             raise
-        except Exception as exc:
+        except Exception as exc:  # whatever stopped the run, the finished records are written before it re-raises
             write_partial(runner.report(finished=False), pipeline)
             log.debug("the run could not finish", exc_info=True)
             raise RunUnfinished(f"the run could not finish: {short_error(exc)}; the partial report and the journal "

@@ -90,7 +90,7 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
             return None
     except ChildDied:
         pass
-    except BaseException:
+    except BaseException:  # any failure, Ctrl-C included: the child leaves the pool, and it re-raises
         pool.discard(child)
         raise
     pool.discard(child)
@@ -129,7 +129,7 @@ def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimit
     except ChildDied as died:
         failure, lost = _died(child, died, doing, limits), True
         pool.discard(child)
-    except BaseException:
+    except BaseException:  # any failure, Ctrl-C included: the child leaves the pool, and it re-raises
         pool.discard(child)
         raise
     if lost and doing == LOADING:

@@ -68,7 +68,7 @@ def from_config(class_name: str, kwargs: dict[str, Any]) -> Any:
         return cls(config)
     except ModelLoadError:
         raise
-    except Exception as exc:
+    except Exception as exc:  # a user's config: whatever transformers raises becomes one line
         raise ModelLoadError(f"building transformers.{class_name} failed: {first_line(exc)}") from exc
 
 
@@ -80,11 +80,11 @@ def from_folder(path: Path, kwargs: dict[str, Any]) -> Any:
         raise ModelLoadError(f"a saved Hugging Face folder takes kwargs: class (got {', '.join(extra)})")
     try:
         config = transformers.AutoConfig.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:
+    except Exception as exc:  # a user's folder: whatever transformers raises becomes one line
         raise ModelLoadError(f"cannot read {path.name}/config.json: {first_line(exc)}") from exc
     name = kwargs.get("class") or next(iter(getattr(config, "architectures", None) or []), "AutoModel")
     cls = _model_class(transformers, str(name))
     try:
         return cls.from_pretrained(str(path), local_files_only=True)
-    except Exception as exc:
+    except Exception as exc:  # a user's folder: whatever transformers raises becomes one line
         raise ModelLoadError(f"loading {path.name} as {name} failed: {first_line(exc)}") from exc

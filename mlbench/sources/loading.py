@@ -159,13 +159,13 @@ def resolve_factory(source: str, base_dir: Path) -> Any:
             sys.modules[name] = module
             try:
                 spec.loader.exec_module(module)
-            except Exception as exc:
+            except Exception as exc:  # a user's module runs here: anything it raises becomes one line
                 del sys.modules[name]
                 raise ModelLoadError(f"cannot import {path.name}: {type(exc).__name__}: {exc}") from exc
     else:
         try:
             module = importlib.import_module(kind)
-        except Exception as exc:
+        except Exception as exc:  # a user's module runs here: anything it raises becomes one line
             raise ModelLoadError(f"cannot import '{kind}': {type(exc).__name__}: {exc}") from exc
     obj: Any = module
     for part in attr.split("."):
@@ -204,7 +204,7 @@ def build_module(spec: ModelSpec, base_dir: Path) -> tuple[Any, str | None]:
     if callable(factory):
         try:
             return factory(**spec.kwargs), None
-        except Exception as exc:
+        except Exception as exc:  # a user's factory runs here: anything it raises becomes one line
             raise ModelLoadError(f"building '{spec.source}' failed: {type(exc).__name__}: {exc}") from exc
     raise ModelLoadError(f"'{spec.source}' is neither a factory nor an nn.Module")
 
@@ -236,7 +236,7 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
     try:
         with torch.inference_mode():
             output = module(**dict(zip(names, inputs)), **options) if spec.keyword_inputs else module(*inputs)
-    except Exception as exc:
+    except Exception as exc:  # a user's model runs here: anything it raises becomes one line
         shapes = ", ".join(f"{i.name}{i.default_shape}" for i in spec.inputs)
         raise ModelLoadError(f"model does not run on its inputs ({shapes}): {first_line(exc, 1000)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]

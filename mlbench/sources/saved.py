@@ -32,13 +32,13 @@ def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
     if path.suffix == ".pt2":
         try:
             program = torch.export.load(str(path))
-        except Exception as exc:
+        except Exception as exc:  # a user's file: whatever torch.export.load raises becomes one line naming it
             raise ModelLoadError(f"torch.export.load({path.name}) failed: {first_line(exc)}") from exc
         return ExportedModule(program.module())
     if path.suffix == ".pt":
         try:
             return torch.jit.load(str(path), map_location="cpu")
-        except Exception as exc:
+        except Exception as exc:  # a user's file: whatever torch.jit.load raises becomes one line naming it
             raise ModelLoadError(f"torch.jit.load({path.name}) failed (a .pt source is a TorchScript file "
                                  f"from torch.jit.save): {first_line(exc)}") from exc
     raise ModelLoadError(f"'{path.name}' is not a saved model: use .pt2 (torch.export), .pt (TorchScript) or "

@@ -236,7 +236,7 @@ class ArtifactCache:
                 self.state.record(key, signature(artifact), meta["checksum"], time.time_ns())
                 return CacheEntry(key=key, path=final, meta=meta), False
             raise RuntimeError(f"cache entry {key[:12]}: could not move the build into place")
-        except BaseException:
+        except BaseException:  # any failure, Ctrl-C included: the build folder goes, and it re-raises
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
 

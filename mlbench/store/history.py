@@ -144,7 +144,7 @@ def migrate(conn: sqlite3.Connection, db_path: Path, upto: int = SCHEMA_VERSION)
             conn.execute("INSERT INTO schema_migrations (version, applied) VALUES (?, ?)",
                          (number, datetime.now(timezone.utc).isoformat(timespec="seconds")))
             conn.execute("COMMIT")
-        except BaseException:
+        except BaseException:  # any failure, Ctrl-C included: the transaction is rolled back, and it re-raises
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
@@ -225,7 +225,7 @@ def record_run(report: RunReport, pipeline_path: str | Path, db_path: str | Path
             conn.execute("ROLLBACK")
             raise HistoryError(f"run {report.run_id} is already in the history; it is kept as it was",
                                file=db_path) from None
-        except BaseException:
+        except BaseException:  # any failure, Ctrl-C included: the transaction is rolled back, and it re-raises
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise

@@ -146,7 +146,7 @@ def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sin
     try:
         with coremltools_captured(sink):
             return ct.convert(traced, inputs=inputs, **convert_kwargs)
-    except Exception as exc:
+    except Exception as exc:  # coremltools raises many types: each becomes the variant's one line
         raise _conversion_failure("converting the trace failed", exc, sink) from exc
 
 
@@ -157,7 +157,7 @@ def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, s
         with coremltools_captured(sink), torch.no_grad():
             program = torch.export.export(module, tuple(example_inputs),
                                           dynamic_shapes=dynamic_shapes(items, module)).run_decompositions({})
-    except Exception as exc:
+    except Exception as exc:  # torch.export raises many types: each becomes the variant's one line
         raise _PathFailed("torch.export failed", shorten_coremltools_message(exc)) from exc
     try:
         with coremltools_captured(sink):
@@ -166,7 +166,7 @@ def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, s
             given = input_types(ct, input_names, example_inputs, items) if needs_input_types(items) else None
             mlmodel = ct.convert(program, inputs=given, **convert_kwargs) if given else ct.convert(program, **convert_kwargs)
             return _rename_inputs(ct, mlmodel, input_names)
-    except Exception as exc:
+    except Exception as exc:  # coremltools raises many types: each becomes the variant's one line
         raise _conversion_failure("converting the exported program failed", exc, sink) from exc
 
 

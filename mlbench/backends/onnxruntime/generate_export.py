@@ -114,7 +114,7 @@ def export_decoder(lm: Any, *, precision: str, opset: int | None, dest: Path) ->
             torch.onnx.export(wrapper, (ids, *past), str(path), input_names=inputs, output_names=outputs,
                               dynamic_axes=axes, opset_version=opset or 18, dynamo=False)
             model = _check_outputs(path, len(outputs))
-    except Exception as exc:
+    except Exception as exc:  # the exporter raises many types: each becomes the variant's one line
         path.unlink(missing_ok=True)
         raise RuntimeError(f"the decoder's ONNX export failed: {_first_line(exc)}") from exc
     conversion = None

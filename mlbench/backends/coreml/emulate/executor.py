@@ -175,7 +175,7 @@ class Emulator:
                 result = step.kernel.fn(**kwargs)  # type: ignore[union-attr]
         except (UnsupportedOps, EmulationError):
             raise
-        except Exception as exc:
+        except Exception as exc:  # a kernel's numpy error of any type names the op that failed
             raise EmulationError(f"op {op.raw_type} ({op.name or step.outputs[0][0]}) failed: "
                                  f"{type(exc).__name__}: {exc}") from exc
         results = list(result) if isinstance(result, tuple) else [result]
