@@ -35,16 +35,42 @@ class UserError(Exception):
     def __str__(self) -> str:
         parts: list[str] = []
         if self.file is not None:
-            place = self.file
+            place = _escaped_breaks(self.file)  # a newline in a path never breaks the one-line FILE:LINE:COL
             if self.line is not None:
                 place += f":{self.line}"
                 if self.col is not None:
                     place += f":{self.col}"
             parts.append(place)
         if self.where:
-            parts.append(self.where)
+            parts.append(_escaped_breaks(self.where))
         parts.append(self.what)
         return ": ".join(parts)
+
+
+def _escaped_breaks(text: str) -> str:
+    r"""`text` with its line breaks written as `\n` and `\r`: a path or a place stays on its line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+class CannotWrite(UserError):
+    """mlbench could not write one of its own files (a report, the journal, the lock, the cache, the history):
+    one line naming the path and the operating system's reason. Exit code 3: the run could not finish."""
+
+    exit_code = 3
+
+
+def os_reason(exc: OSError) -> str:
+    """What the operating system said, as a reader wants it: `No space left on device (ENOSPC)`."""
+    import errno
+
+    name = errno.errorcode.get(exc.errno or -1)
+    reason = exc.strerror or str(exc) or type(exc).__name__
+    return f"{reason} ({name})" if name else reason
+
+
+def cannot_write(exc: OSError, path: str | Path | None = None, what: str = "cannot write") -> CannotWrite:
+    """The one line for a failed write: `PATH: cannot write: No space left on device (ENOSPC)`."""
+    return CannotWrite(f"{what}: {os_reason(exc)}", file=path if path is not None else exc.filename)
 
 
 class ReportableError(Exception):

@@ -72,13 +72,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
     progress = for_terminal(quiet=args.quiet, verbose=args.verbose)
+    from mlbench.run.signals import Stopped, stopping_on_sigterm
+
     try:
-        report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume,
-                     retry_crashed=args.retry_crashed)
-    except KeyboardInterrupt:
-        _err(f"interrupted: finished records are kept in {pipeline.report_dir / 'journal.jsonl'} and a partial "
-             f"report beside it; run `mlbench run {args.file} --resume` to finish the rest")
-        return 130
+        with stopping_on_sigterm():  # `timeout`, a CI cancel, `docker stop`: the path Ctrl-C takes
+            report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume,
+                         retry_crashed=args.retry_crashed)
+    except KeyboardInterrupt as exc:
+        stopped = exc if isinstance(exc, Stopped) else Stopped()
+        what = "interrupted" if stopped.exit_code == 130 else f"stopped by {exc}"
+        partial = ("a partial report beside it" if stopped.partial_written else
+                   stopped.why_not or "no partial report")
+        _err(f"{what}: finished records are kept in {pipeline.report_dir / 'journal.jsonl'} and {partial}; run "
+             f"`mlbench run {args.file} --resume` to finish the rest")
+        return stopped.exit_code
     counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     _err(f"{counts}; reports in {pipeline.report_dir}")
     return 1 if report.summary.get("failed") else 0
@@ -214,7 +221,8 @@ exit codes:
        a regression
   2    a mistake in the input, one line each as FILE:LINE:COL: where: what
   3    the run could not finish; its partial report and journal are written (--resume goes on from there)
-  130  interrupted; the partial report and the journal are written
+  130  interrupted (Ctrl-C); the partial report and the journal are written
+  143  stopped by SIGTERM (timeout, a CI cancel, docker stop); the same
 
 `mlbench COMMAND --help` describes a command and every option."""
 

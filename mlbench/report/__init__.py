@@ -26,8 +26,10 @@ def write_atomic(path: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:  # any failure, Ctrl-C included: no half-written file is left, and it re-raises
+    except BaseException as exc:  # any failure, Ctrl-C included: no half-written file is left, and it re-raises
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # a full disk: name the report, not a descriptor
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         raise
 
 
@@ -48,23 +50,33 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
     def html(report: RunReport) -> str:
         from mlbench.report.html.page import render_html
 
-        return render_html(report, trends=_trends(report, pipeline))
+        trends = _trends(report, pipeline)
+        try:
+            return render_html(report, trends=trends)
+        except Exception as exc:  # noqa: BLE001 - whatever the history holds, the report is this run's
+            if not trends:
+                raise
+            import logging
+
+            logging.getLogger("mlbench.report").warning("no trends in the HTML report: the history's figures do "
+                                                        "not draw (%s)", type(exc).__name__)
+            return render_html(report, trends={})
 
     renderers = {"json": (lambda _report: json_text, "report.json"), "markdown": (render_markdown, "report.md"),
                  "html": (html, "report.html")}
+    # every format is rendered before the first is written: the files change together, in a moment, never
+    # report.json new while report.html, still rendering, is the previous run's
+    texts = {fmt: renderers[fmt][0](report) for fmt in pipeline.config.report.formats}
+    whole = render_markdown(report, limit=None) if "markdown" in texts else None
     written: dict[str, Path] = {}
-    texts: dict[str, str] = {}
-    for fmt in pipeline.config.report.formats:
-        render, name = renderers[fmt]
-        path = pipeline.report_dir / name
-        texts[fmt] = render(report)
-        write_atomic(path, texts[fmt])
+    for fmt, text in texts.items():
+        path = pipeline.report_dir / renderers[fmt][1]
+        write_atomic(path, text)
         written[fmt] = path
-    if "markdown" in written:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
+    if whole is not None:  # report.md fits a pull-request comment; when it had to be cut, the rest is here
         from mlbench.report.markdown.run_report import FULL_NAME
 
         full = pipeline.report_dir / FULL_NAME
-        whole = render_markdown(report, limit=None)
         if whole != texts["markdown"]:  # compared with what was written, never read back through the folder
             write_atomic(full, whole)
             written["markdown-full"] = full

@@ -69,10 +69,14 @@ class Journal:
     def _append(self, entry: dict[str, Any]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(entry, separators=(",", ":")) + "\n"
-        with os.fdopen(open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "w", encoding="utf-8") as handle:
-            handle.write(line)
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            with os.fdopen(open_own(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT), "w",
+                           encoding="utf-8") as handle:
+                handle.write(line)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:  # a full disk: the error names the journal, whichever call said it
+            raise OSError(exc.errno, exc.strerror, str(self.path)) from None
 
     def start(self, header: dict[str, Any]) -> None:
         """Begin a new journal: the header goes to a temporary file beside it, renamed over the old one

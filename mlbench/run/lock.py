@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlbench.errors import UserError
+from mlbench.errors import UserError, cannot_write
 
 LOCK_NAME = ".lock"
 
@@ -28,8 +28,11 @@ class ReportLock:
             return
         from mlbench.run.journal import open_own
 
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = open_own(self.path, os.O_RDWR | os.O_CREAT)  # never through a symlink: see open_own
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = open_own(self.path, os.O_RDWR | os.O_CREAT)  # never through a symlink: see open_own
+        except OSError as exc:
+            raise cannot_write(exc, self.path, "cannot write the run's lock") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -37,8 +40,12 @@ class ReportLock:
             os.close(fd)
             raise UserError(f"another run (pid {holder or '?'}) is writing to {self.path.parent}; wait for it to "
                             "finish, or give this run another report.dir") from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+        except OSError as exc:  # a full disk, a read-only folder: one line, exit 3 (nothing else written yet)
+            os.close(fd)
+            raise cannot_write(exc, self.path, "cannot write the run's lock") from None
         self._fd = fd
 
     def release(self) -> None:

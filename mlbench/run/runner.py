@@ -16,7 +16,7 @@ import uuid
 
 from mlbench import __version__
 from mlbench.config.pipeline_file import Pipeline
-from mlbench.errors import UserError, short_error
+from mlbench.errors import UserError, os_reason, short_error
 from mlbench.machine import snapshot
 from mlbench.machine_load import LoadSample, load_between, sample
 from mlbench.matrix import Plan, expand
@@ -29,6 +29,7 @@ from mlbench.run.limits import ChildLimits, limits_for
 from mlbench.run.lock import ReportLock
 from mlbench.run.progress import Progress
 from mlbench.run.resume import fingerprint, resume
+from mlbench.run.signals import Stopped, signals_deferred
 from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
 from mlbench.store.cache import ArtifactCache
 
@@ -235,17 +236,27 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
                         retry_crashed=retry_crashed)
         try:
             report = runner.run()
-        except KeyboardInterrupt:
-            write_partial(runner.report(finished=False), pipeline)
-            raise
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (`Stopped`): one path, the partial report first
+            stopped = exc if isinstance(exc, Stopped) else Stopped()
+            stopped.partial_written, stopped.why_not = _write_partial_safely(runner, pipeline)
+            if stopped is exc:
+                raise
+            raise stopped from exc
         except UserError:  # a mistake found on the way (e.g. no journal to resume): nothing to report
             raise
         except Exception as exc:  # whatever stopped the run, the finished records are written before it re-raises
-            write_partial(runner.report(finished=False), pipeline)
             log.debug("the run could not finish", exc_info=True)
-            raise RunUnfinished(f"the run could not finish: {short_error(exc)}; the partial report and the journal "
-                                f"are in {pipeline.report_dir} (`--resume` goes on from there)") from exc
-        write_reports(report, pipeline)
+            written, why_not = _write_partial_safely(runner, pipeline)
+            where = (f"the partial report and the journal are in {pipeline.report_dir}" if written else
+                     f"{why_not}; the finished records are in the journal in {pipeline.report_dir}")
+            raise RunUnfinished(f"the run could not finish: {failure_line(exc)}; {where} (`--resume` goes on from "
+                                "there)") from exc
+        try:
+            with signals_deferred():  # a Ctrl-C now waits for the reports: never one format new, another old
+                write_reports(report, pipeline)
+        except OSError as exc:
+            raise RunUnfinished(f"the reports could not be written: {failure_line(exc)}; every record is in the "
+                                f"journal in {pipeline.report_dir} (`--resume` writes the reports from it)") from None
     if pipeline.config.history.enabled:  # after the reports: a history failure never loses a report
         from mlbench.store.history import record_run
 
@@ -257,9 +268,30 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
     return report
 
 
-def write_partial(report: RunReport, pipeline: Pipeline) -> None:
+def failure_line(exc: BaseException) -> str:
+    """What stopped the run, on one line: an operating system's error as `PATH: reason (ENOSPC)`."""
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.filename}: {os_reason(exc)}" if exc.filename else os_reason(exc)
+    return str(exc) if isinstance(exc, UserError) else short_error(exc)
+
+
+def _write_partial_safely(runner: Runner, pipeline: Pipeline) -> tuple[bool, str | None]:
+    """Write the partial report (signals held back meanwhile); (True, None) when it was written, else False and
+    why not (the previous, fuller reports were kept, or the disk refused: the journal still holds the records)."""
+    with signals_deferred():
+        try:
+            if write_partial(runner.report(finished=False), pipeline):
+                return True, None
+            return False, "the previous reports, holding more records, are kept"
+        except (OSError, UserError) as exc:
+            why = f"no partial report could be written ({failure_line(exc)})"
+            log.warning("%s", why)
+            return False, why
+
+
+def write_partial(report: RunReport, pipeline: Pipeline) -> bool:
     """The reports of a run that could not finish, unless they would replace a report holding more records
-    (a run that died early, or a damaged journal, never wipes the previous report)."""
+    (a run that died early, or a damaged journal, never wipes the previous report); True when written."""
     from mlbench.report import write_reports
     from mlbench.run.journal import open_own
 
@@ -273,5 +305,6 @@ def write_partial(report: RunReport, pipeline: Pipeline) -> None:
     if previous > len(report.records):
         log.warning("the previous reports in %s are kept: they hold %d records, this unfinished run %d (its "
                     "records are in the journal)", pipeline.report_dir, previous, len(report.records))
-        return
+        return False
     write_reports(report, pipeline)
+    return True
