@@ -15,6 +15,7 @@ row per record and per metric for trend queries.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 import subprocess
@@ -28,6 +29,8 @@ from typing import NamedTuple
 
 from mlbench.errors import UserError
 from mlbench.records import RunReport
+
+log = logging.getLogger("mlbench.store.history")
 
 TABLES = ("runs", "records", "metrics")
 
@@ -170,15 +173,26 @@ def connect(db_path: Path, *, create: bool = True, upto: int = SCHEMA_VERSION) -
     db_path = Path(db_path)
     if not create and not db_path.exists():
         raise HistoryError("no run history here yet (runs are recorded by `mlbench run`)", file=db_path)
+    from mlbench.store.history_guard import open_read_only, read_version, tables_of_ours
+
     try:
         if create:
             db_path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+            conn = sqlite3.connect(db_path, timeout=30, isolation_level=None)
+        else:  # who only reads never writes: not mlbench's tables into a foreign file, not a migration
+            conn = open_read_only(db_path)
     except (OSError, sqlite3.Error) as exc:
         raise HistoryError(f"cannot open the history database: {exc}", file=db_path) from None
     try:
         try:
-            migrate(conn, db_path, upto)
+            tables = tables_of_ours(conn, db_path, HistoryError)
+            if create:
+                migrate(conn, db_path, upto)
+            elif "runs" not in tables:
+                raise HistoryError("no run history here yet (runs are recorded by `mlbench run`)", file=db_path)
+            elif read_version(conn) > SCHEMA_VERSION:
+                raise HistoryError(f"history schema version {read_version(conn)} is newer than this mlbench knows "
+                                   f"({SCHEMA_VERSION}); upgrade mlbench", file=db_path)
             yield conn
         except (sqlite3.DatabaseError, ValueError, TypeError, zlib.error) as exc:  # damaged pages, text, reports
             raise HistoryError(f"not a usable history database: {_first_line(exc)}", file=db_path) from None
@@ -338,8 +352,15 @@ def metric_series(db_path: Path, metric: str, *, pipeline: str | None = None, mo
             sql += " AND m.variant_id IN (SELECT variant_id FROM records WHERE run_id = m.run_id AND model = ?)"
             args.append(model)
         rows = conn.execute(sql + " ORDER BY r.created, r.rowid, m.rowid", args)
+        damaged: dict[str, str] = {}
         for name, variant_id, run_id, created, value, source in rows:
-            series.setdefault(SeriesKey(name, variant_id), []).append(TrendPoint(run_id, created, value, source))
+            if isinstance(value, bool) or not isinstance(value, (int, float, type(None))) or not isinstance(created, str):
+                damaged.setdefault(run_id, f"{metric} of {variant_id} is {value!r:.40}")  # SQLite keeps what it is given
+                continue
+            series.setdefault(SeriesKey(name, variant_id), []).append(
+                TrendPoint(run_id, created, None if value is None else float(value), source))
+    for run_id, what in damaged.items():
+        log.warning("run %s in the history %s: %s, not a number; left out of the trends", run_id, db_path, what)
     return series
 
 
