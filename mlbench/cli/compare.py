@@ -41,43 +41,10 @@ def pipeline_of(args: argparse.Namespace):
     return load_pipeline(args.pipeline)
 
 
-TOO_DEEP = "not an mlbench report: its JSON is nested too deeply to read"
-
-
 def _read_report(path: Path) -> RunReport:
-    import json
+    from mlbench.compare.report_file import read_report_file
 
-    from pydantic import ValidationError
-
-    from mlbench.compare.report_check import check_metric_values, check_report
-    from mlbench.config.pipeline_file import format_where
-    from mlbench.records import RunReport
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise UserError(f"cannot read: {reason[:1].lower()}{reason[1:]}", file=path) from None
-    except UnicodeDecodeError:
-        raise UserError("not an mlbench report: not UTF-8 text", file=path) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserError(f"not an mlbench report: invalid JSON at line {exc.lineno} column {exc.colno}",
-                        file=path) from None
-    except RecursionError:
-        raise UserError(TOO_DEEP, file=path) from None
-    check_metric_values(data, path)
-    try:
-        report = RunReport.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = format_where(tuple(first["loc"])) or "top level"
-        raise UserError(f"not an mlbench report: {where}: {first['msg']}", file=path) from None
-    except RecursionError:
-        raise UserError(TOO_DEEP, file=path) from None
-    check_report(report, path)
-    return report
+    return read_report_file(path)
 
 
 def _is_reference(text: str) -> bool:

@@ -8,7 +8,6 @@ has it, else the wall-clock median) and its report keeps the program's analysis 
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,22 +40,10 @@ class Group:
 
 
 def read_report(path: Path) -> RunReport:
-    from pydantic import ValidationError
+    """A report file, read as compare reads one: a regular file only, numbers strictly typed."""
+    from mlbench.compare.report_file import read_report_file
 
-    from mlbench.records import RunReport
-
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserError(f"cannot read: {exc.strerror or exc}", file=path) from None
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        raise UserError("not an mlbench report: not JSON", file=path) from None
-    try:
-        return RunReport.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise UserError(f"not an mlbench report: {where}: {first['msg']}", file=path) from None
+    return read_report_file(path, checked=False)
 
 
 def reports(paths: list[Path]) -> list[tuple[str, RunReport]]:
