@@ -149,7 +149,7 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     cache = _cache(args)
     removed = cache.prune(parse_size(args.max_size))
     print(f"removed {len(removed)} entries ({format_size(sum(e.size_bytes for e in removed))}); "
-          f"{format_size(cache.total_bytes())} left in {cache.root}")
+          f"{format_size(cache.total_bytes())} left in {cache.root}{_kept(cache)}")
     return 0
 
 
@@ -173,8 +173,14 @@ def cmd_cache_verify(args: argparse.Namespace) -> int:
 
 def cmd_cache_clear(args: argparse.Namespace) -> int:
     cache = _cache(args)
-    print(f"removed {cache.clear()} entries from {cache.root}")
+    print(f"removed {cache.clear()} entries from {cache.root}{_kept(cache)}")
     return 0
+
+
+def _kept(cache) -> str:
+    """What a clear or prune left because a run is measuring it (the entry is pinned: `store/pins.py`)."""
+    n = cache.kept_in_use
+    return f"; kept {n} {'entry' if n == 1 else 'entries'} a run is using" if n else ""
 
 
 def _inspectors() -> list:

@@ -155,6 +155,7 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
     except Exception as exc:  # noqa: BLE001
         return ExportOutcome(variant.id, failure=f"export: {short_error(exc)}")
     info = exported.info
+    ctx.cache.release_pins()  # measured later, by a child that finds (and pins) it again
     return ExportOutcome(variant.id, built_key=info.key if info is not None and not info.cache_hit else None)
 
 
@@ -193,10 +194,13 @@ def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
             yield Finished(_record(variant, "failed", started, t0, error=f"export: {short_error(exc)}"))
         return
     artifact = (exported.info.key, exported.details) if exported.info is not None and exported.details else None
-    for variant in group:
-        stage(variant.id, "measure")
-        yield Finished(_measure(ctx, backend, model, exported, variant), artifact)
-        artifact = None
+    try:
+        for variant in group:
+            stage(variant.id, "measure")
+            yield Finished(_measure(ctx, backend, model, exported, variant), artifact)
+            artifact = None
+    finally:  # the entry was pinned from its lookup: `cache clear` during the run skips it (`store/pins.py`)
+        ctx.cache.release_pins()
 
 
 def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, variant: Variant) -> RunRecord:

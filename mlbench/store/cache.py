@@ -74,6 +74,8 @@ class ArtifactCache:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.state = StatState(self.root)
+        self._pins: dict[str, int] = {}  # key → a descriptor pinning the entry this process is using (`pins.py`)
+        self.kept_in_use = 0  # entries the last clear or prune left, as a run had them pinned
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -130,7 +132,25 @@ class ArtifactCache:
             os.utime(entry_dir / META_NAME, follow_symlinks=False)  # last-used time, for prune's LRU order
         except OSError:
             pass  # a read-only shared cache still serves hits
-        return CacheEntry(key=key, path=entry_dir, meta=meta)
+        return self._pinned(CacheEntry(key=key, path=entry_dir, meta=meta))
+
+    def _pinned(self, entry: CacheEntry) -> CacheEntry | None:
+        """The entry, pinned until `release_pins()`; None (a miss) when a clear took it away meanwhile."""
+        from mlbench.store.pins import pin
+
+        fd = pin(entry.path)
+        if fd is None:
+            return entry if os.path.lexists(entry.path / META_NAME) else None  # no locks here: as before
+        if (old := self._pins.pop(entry.key, None)) is not None:
+            os.close(old)
+        self._pins[entry.key] = fd
+        return entry
+
+    def release_pins(self) -> None:
+        """Unpin every entry this process found: its work on them is done."""
+        for fd in self._pins.values():
+            os.close(fd)
+        self._pins.clear()
 
     def _check_content(self, key: str, artifact: Path, checksum: str, sig: Any) -> None:
         """Hash the artifact; raise Corrupt on a mismatch, else record its stat signature when the
@@ -234,7 +254,7 @@ class ArtifactCache:
                 fsync_fd(final.parent, os.O_RDONLY)
                 artifact = final / meta["artifact"]
                 self.state.record(key, signature(artifact), meta["checksum"], time.time_ns())
-                return CacheEntry(key=key, path=final, meta=meta), False
+                return self._pinned(CacheEntry(key=key, path=final, meta=meta)) or CacheEntry(key, final, meta), False
             raise RuntimeError(f"cache entry {key[:12]}: could not move the build into place")
         except BaseException:  # any failure, Ctrl-C included: the build folder goes, and it re-raises
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -321,6 +341,23 @@ class ArtifactCache:
             return
         shutil.rmtree(trash, ignore_errors=True)
 
+    def _evict_unless_in_use(self, entry_dir: Path) -> bool:
+        """Evict the entry unless a run has it pinned (counted in `kept_in_use`); True when evicted."""
+        from mlbench.store.pins import IN_USE, lock_for_removal
+
+        if (own := self._pins.pop(entry_dir.name, None)) is not None:
+            os.close(own)  # this cache's own pin does not protect the entry from this cache's own clear
+        held = None if entry_dir.is_symlink() else lock_for_removal(entry_dir)
+        if held == IN_USE:
+            self.kept_in_use += 1
+            return False
+        try:
+            self._evict_dir(entry_dir)
+        finally:
+            if held is not None:
+                os.close(held)
+        return True
+
     def _evict_or_refuse(self, entry_dir: Path, why: str) -> None:
         """Evict a corrupt entry; one UserError line when it cannot be removed (the run cannot replace it)."""
         self._evict_dir(entry_dir)
@@ -378,12 +415,13 @@ class ArtifactCache:
         entries = sorted(self.entries(), key=lambda e: (e.last_used, e.key))
         total = sum(e.size_bytes for e in entries)
         evicted: list[CacheEntry] = []
+        self.kept_in_use = 0
         for e in entries:
             if total <= max_bytes:
                 break
-            self._evict_dir(e.path)
-            total -= e.size_bytes
-            evicted.append(e)
+            if self._evict_unless_in_use(e.path):
+                total -= e.size_bytes
+                evicted.append(e)
         self._remove_empty_shards()
         return evicted
 
@@ -392,7 +430,7 @@ class ArtifactCache:
 
         Fresh temp folders are kept: they may be another process's build in progress.
         """
-        count = 0
+        count = self.kept_in_use = 0
         if not self.claim(create=False):
             return 0
         for shard in self.root.iterdir():  # a symlink in a shard's place: the link goes, never what it points to
@@ -400,8 +438,7 @@ class ArtifactCache:
                 shard.unlink(missing_ok=True)
         for _, entry_dir in self._entry_dirs():
             if KEY_RE.fullmatch(entry_dir.name) and (is_real_dir(entry_dir) or entry_dir.is_symlink()):
-                self._evict_dir(entry_dir)
-                count += 1
+                count += self._evict_unless_in_use(entry_dir)
         self._clean_tmp()
         self._remove_empty_shards()
         return count
