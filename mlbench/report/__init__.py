@@ -53,7 +53,7 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         trends = _trends(report, pipeline)
         try:
             return render_html(report, trends=trends)
-        except Exception as exc:  # noqa: BLE001 - whatever the history holds, the report is this run's
+        except Exception as exc:  # whatever the history holds, the report is drawn from this run
             if not trends:
                 raise
             import logging

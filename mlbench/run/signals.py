@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SIGNALS: tuple[int, ...] = (signal.SIGINT, signal.SIGTERM)
 
 
 class Stopped(KeyboardInterrupt):
