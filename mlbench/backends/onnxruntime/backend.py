@@ -166,7 +166,11 @@ class OnnxruntimeBackend(Backend):
         return [first] if name == "CPUExecutionProvider" else [first, "CPUExecutionProvider"]
 
     def _session(self, ort: Any, path: Path, provider: str, options: Any) -> Any:
-        session = ort.InferenceSession(str(path), options, providers=self._providers(provider))
+        from mlbench.backends.capture import quiet_native_stderr
+
+        with quiet_native_stderr():  # a model that fails to load: ORT's coloured `[E:onnxruntime ... EndProfiling]`
+            # lines stay off the terminal; the Python error, which the record keeps, says what went wrong
+            session = ort.InferenceSession(str(path), options, providers=self._providers(provider))
         if PROVIDERS[provider] not in session.get_providers():
             raise VariantSkipped(f"onnxruntime could not start {PROVIDERS[provider]} on this machine "
                                  f"(the session got {', '.join(session.get_providers())})")
