@@ -179,7 +179,7 @@ def cmd_cache_clear(args: argparse.Namespace) -> int:
 
 def _kept(cache) -> str:
     """What a clear or prune left because a run is measuring it (the entry is pinned: `store/pins.py`)."""
-    n = cache.kept_in_use
+    n = cache.pins.kept_in_use
     return f"; kept {n} {'entry' if n == 1 else 'entries'} a run is using" if n else ""
 
 

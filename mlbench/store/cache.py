@@ -48,6 +48,7 @@ from mlbench.store.entry import (
 )
 from mlbench.store.hashing import jsonable, path_size, sha256_path
 from mlbench.store.marker import claim, is_ours_in_tmp, is_real_dir
+from mlbench.store.pins import Pins
 from mlbench.store.stale import build_owner_dead, host_tag
 from mlbench.store.state import StatState, backdate, signature
 from mlbench.units import format_size, parse_size  # noqa: F401  (part of the cache API)
@@ -74,8 +75,7 @@ class ArtifactCache:
     def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.state = StatState(self.root)
-        self._pins: dict[str, int] = {}  # key → a descriptor pinning the entry this process is using (`pins.py`)
-        self.kept_in_use = 0  # entries the last clear or prune left, as a run had them pinned
+        self.pins = Pins()  # the entries this process is using, and what the last clear or prune kept for a run
 
     # -- layout -----------------------------------------------------------------------------
 
@@ -132,25 +132,11 @@ class ArtifactCache:
             os.utime(entry_dir / META_NAME, follow_symlinks=False)  # last-used time, for prune's LRU order
         except OSError:
             pass  # a read-only shared cache still serves hits
-        return self._pinned(CacheEntry(key=key, path=entry_dir, meta=meta))
-
-    def _pinned(self, entry: CacheEntry) -> CacheEntry | None:
-        """The entry, pinned until `release_pins()`; None (a miss) when a clear took it away meanwhile."""
-        from mlbench.store.pins import pin
-
-        fd = pin(entry.path)
-        if fd is None:
-            return entry if os.path.lexists(entry.path / META_NAME) else None  # no locks here: as before
-        if (old := self._pins.pop(entry.key, None)) is not None:
-            os.close(old)
-        self._pins[entry.key] = fd
-        return entry
+        return self.pins.hold(CacheEntry(key=key, path=entry_dir, meta=meta))
 
     def release_pins(self) -> None:
-        """Unpin every entry this process found: its work on them is done."""
-        for fd in self._pins.values():
-            os.close(fd)
-        self._pins.clear()
+        """Unpin every entry this process found: its work on them is done (`pins.py`)."""
+        self.pins.release()
 
     def _check_content(self, key: str, artifact: Path, checksum: str, sig: Any) -> None:
         """Hash the artifact; raise Corrupt on a mismatch, else record its stat signature when the
@@ -254,7 +240,7 @@ class ArtifactCache:
                 fsync_fd(final.parent, os.O_RDONLY)
                 artifact = final / meta["artifact"]
                 self.state.record(key, signature(artifact), meta["checksum"], time.time_ns())
-                return self._pinned(CacheEntry(key=key, path=final, meta=meta)) or CacheEntry(key, final, meta), False
+                return self.pins.hold(CacheEntry(key=key, path=final, meta=meta)) or CacheEntry(key, final, meta), False
             raise RuntimeError(f"cache entry {key[:12]}: could not move the build into place")
         except BaseException:  # any failure, Ctrl-C included: the build folder goes, and it re-raises
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -342,21 +328,11 @@ class ArtifactCache:
         shutil.rmtree(trash, ignore_errors=True)
 
     def _evict_unless_in_use(self, entry_dir: Path) -> bool:
-        """Evict the entry unless a run has it pinned (counted in `kept_in_use`); True when evicted."""
-        from mlbench.store.pins import IN_USE, lock_for_removal
-
-        if (own := self._pins.pop(entry_dir.name, None)) is not None:
-            os.close(own)  # this cache's own pin does not protect the entry from this cache's own clear
-        held = None if entry_dir.is_symlink() else lock_for_removal(entry_dir)
-        if held == IN_USE:
-            self.kept_in_use += 1
-            return False
-        try:
-            self._evict_dir(entry_dir)
-        finally:
-            if held is not None:
-                os.close(held)
-        return True
+        """Evict the entry unless a run has it pinned (counted in `pins.kept_in_use`); True when evicted."""
+        with self.pins.for_removal(entry_dir) as free:
+            if free:
+                self._evict_dir(entry_dir)
+        return free
 
     def _evict_or_refuse(self, entry_dir: Path, why: str) -> None:
         """Evict a corrupt entry; one UserError line when it cannot be removed (the run cannot replace it)."""
@@ -415,7 +391,7 @@ class ArtifactCache:
         entries = sorted(self.entries(), key=lambda e: (e.last_used, e.key))
         total = sum(e.size_bytes for e in entries)
         evicted: list[CacheEntry] = []
-        self.kept_in_use = 0
+        self.pins.kept_in_use = 0
         for e in entries:
             if total <= max_bytes:
                 break
@@ -430,7 +406,7 @@ class ArtifactCache:
 
         Fresh temp folders are kept: they may be another process's build in progress.
         """
-        count = self.kept_in_use = 0
+        count = self.pins.kept_in_use = 0
         if not self.claim(create=False):
             return 0
         for shard in self.root.iterdir():  # a symlink in a shard's place: the link goes, never what it points to

@@ -8,9 +8,11 @@ Where `fcntl` is missing (Windows), or the filesystem has no locks, nothing is p
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from mlbench.store.entry import META_NAME
+from mlbench.store.entry import META_NAME, CacheEntry
 
 try:
     import fcntl
@@ -63,3 +65,43 @@ def lock_for_removal(entry_dir: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+class Pins:
+    """The entries one cache object has pinned (key → descriptor), and what its last clear or prune kept."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, int] = {}
+        self.kept_in_use = 0
+
+    def hold(self, entry: CacheEntry) -> CacheEntry | None:
+        """The entry, pinned until `release()`; None (a miss) when a clear took it away meanwhile."""
+        fd = pin(entry.path)
+        if fd is None:
+            return entry if os.path.lexists(entry.path / META_NAME) else None  # no locks here: as before
+        if (old := self._held.pop(entry.key, None)) is not None:
+            os.close(old)
+        self._held[entry.key] = fd
+        return entry
+
+    def release(self) -> None:
+        for fd in self._held.values():
+            os.close(fd)
+        self._held.clear()
+
+    @contextmanager
+    def for_removal(self, entry_dir: Path) -> Iterator[bool]:
+        """True inside while the entry may be removed (locked against new pins); False, counted, when a run
+        holds it. This object's own pin never protects the entry from this object's own clear."""
+        if (own := self._held.pop(entry_dir.name, None)) is not None:
+            os.close(own)
+        held = None if entry_dir.is_symlink() else lock_for_removal(entry_dir)
+        if held == IN_USE:
+            self.kept_in_use += 1
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            if held is not None:
+                os.close(held)
