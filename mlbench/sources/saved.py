@@ -30,10 +30,17 @@ def load_saved(path: Path, kwargs: dict[str, Any]) -> Any:
     if kwargs:
         raise ModelLoadError(f"'{path.name}' is a saved model; it takes no kwargs")
     if path.suffix == ".pt2":
+        import logging
+
+        torch_log = logging.getLogger("torch.export")  # logs its own ~20-line traceback before it raises
+        was = torch_log.disabled
+        torch_log.disabled = True
         try:
             program = torch.export.load(str(path))
         except Exception as exc:  # a user's file: whatever torch.export.load raises becomes one line naming it
             raise ModelLoadError(f"torch.export.load({path.name}) failed: {first_line(exc)}") from exc
+        finally:
+            torch_log.disabled = was
         return ExportedModule(program.module())
     if path.suffix == ".pt":
         try:
