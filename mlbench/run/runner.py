@@ -153,11 +153,23 @@ class Runner:
         return longest_first(to_export, self.config, self.pipeline.base_dir, history,
                              sizes=lambda models: executor.model_sizes(self.spec, models, memory, limits.export_s))
 
+    def _cache_writable(self) -> bool:
+        """False, with one warning, when the cache cannot be written (a read-only filesystem): the variants that
+        need no cache still run, and those that export through it fail with one line each."""
+        try:
+            self.cache.claim()
+            return True
+        except OSError as exc:
+            log.warning("the cache cannot be written (%s): variants that export through it fail, the others run",
+                        failure_line(exc))
+            return False
+
     def run(self) -> RunReport:
         self.pipeline.report_dir.mkdir(parents=True, exist_ok=True)
-        self.cache.claim()  # a cache folder that is not mlbench's: one line, before the journal is touched
+        writable = self._cache_writable()  # a cache folder that is not mlbench's: one line, before the journal
         self._start_journal()
-        self.cache.clean_stale_builds()
+        if writable:
+            self.cache.clean_stale_builds()
         todo = [v for v in self.plan.variants if v.id not in self.records]
         groups = Plan(todo).artifact_groups()
         executor = self._executor()

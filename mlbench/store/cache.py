@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from mlbench.errors import UserError
+from mlbench.errors import UserError, cannot_write
 from mlbench.store.entry import (
     KEY_RE,
     META_NAME,
@@ -215,10 +215,13 @@ class ArtifactCache:
             return hit, True
 
         final = self.entry_dir(key)
-        self.claim(create=True)
-        self._make_tmp_root()
         owner = f"{host_tag()}.{os.getpid()}"  # a later run removes the folder once this process is dead
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-{owner}-", dir=self.tmp_root))
+        try:
+            self.claim(create=True)
+            self._make_tmp_root()
+            tmp_dir = Path(tempfile.mkdtemp(prefix=f"build-{key[:12]}-{owner}-", dir=self.tmp_root))
+        except OSError as exc:  # a read-only or full filesystem: one line, this variant fails, the run goes on
+            raise cannot_write(exc, self.root, "cannot write the cache") from None
         try:
             meta = self._build_into(tmp_dir, key, key_inputs, build)
             for _ in range(5):

@@ -146,3 +146,46 @@ def test_a_double_ctrl_c_leaves_every_format_of_one_run_and_says_what_was_writte
     assert report["finished"] is None
     for name in ("report.md", "report.html"):
         assert report["run_id"] in (tmp_path / "out" / name).read_text()
+
+
+def _read_only_under(monkeypatch, folder: Path) -> None:
+    """Creating anything under `folder` fails as on a read-only filesystem (EROFS), at os.mkdir and os.open."""
+    real_mkdir, real_open = os.mkdir, os.open
+
+    def refuse(path) -> None:
+        if str(path).startswith(str(folder)):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+
+    def mkdir(path, *args, **kwargs):
+        refuse(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    def open_(path, flags, *args, **kwargs):
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    monkeypatch.setattr(os, "open", open_)
+
+
+def test_a_read_only_cache_lets_the_variants_that_need_none_run(write_pipeline, tmp_path, monkeypatch, capsys):
+    path = write_pipeline(PIPELINE.replace("report: {", "cache: {dir: cache}\nreport: {"))
+    _read_only_under(monkeypatch, tmp_path / "cache")
+    assert main(["run", "-q", "--jobs", "1", str(path)]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == (f"warning: the cache cannot be written ({tmp_path / 'cache'}: Read-only file system (EROFS)): "
+                      "variants that export through it fail, the others run")
+    assert err[-1].startswith("4 ok; reports in")
+
+
+def test_an_export_into_a_read_only_cache_is_one_line(tmp_path, monkeypatch):
+    from mlbench.errors import CannotWrite
+    from mlbench.store.cache import ArtifactCache
+
+    cache = ArtifactCache(tmp_path / "cache")
+    _read_only_under(monkeypatch, tmp_path / "cache")
+    with pytest.raises(CannotWrite) as info:
+        cache.get_or_build("a" * 64, {"k": 1}, lambda folder: None)
+    assert str(info.value) == f"{tmp_path / 'cache'}: cannot write the cache: Read-only file system (EROFS)"
+    assert info.value.exit_code == 3
