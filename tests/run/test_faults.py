@@ -189,3 +189,35 @@ def test_an_export_into_a_read_only_cache_is_one_line(tmp_path, monkeypatch):
         cache.get_or_build("a" * 64, {"k": 1}, lambda folder: None)
     assert str(info.value) == f"{tmp_path / 'cache'}: cannot write the cache: Read-only file system (EROFS)"
     assert info.value.exit_code == 3
+
+
+@pytest.mark.slow
+def test_a_cache_clear_loop_during_a_run_fails_no_variant(write_pipeline, tmp_path):
+    """`mlbench cache clear` in a loop while the run exports and measures: the entry being measured is pinned."""
+    import threading
+
+    pytest.importorskip("onnxruntime")
+    text = PIPELINE.replace("  - backend: torch\n    precision: [float32, bfloat16]\n",
+                            "  - backend: onnxruntime\n").replace("min_time_s: 0.0", "min_time_s: 0.5")
+    path = write_pipeline(text.replace("report: {", "cache: {dir: cache}\nreport: {"))
+    stop, cleared = threading.Event(), []
+
+    def clear_loop() -> None:
+        while not stop.is_set():
+            done = subprocess.run([sys.executable, "-m", "mlbench.cli", "cache", "clear", "--dir", str(tmp_path / "cache")],
+                                  capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+            cleared.append(done.stdout.strip() or done.stderr.strip())
+
+    thread = threading.Thread(target=clear_loop)
+    thread.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "mlbench.cli", "run", "-q", "--jobs", "1", str(path)],
+                              capture_output=True, text=True, env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)},
+                              timeout=400)
+    finally:
+        stop.set()
+        thread.join()
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert done.returncode == 0, [r.get("error") for r in report["records"]]
+    assert report["summary"]["ok"] == 2 and cleared
+    assert any("a run is using" in line for line in cleared), cleared[-5:]
