@@ -105,7 +105,7 @@ def test_a_run_that_cannot_finish_exits_3_with_a_partial_report(write_pipeline, 
     path = write_pipeline(PIPELINE)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 3
     assert capsys.readouterr().err == (
-        f"the run could not finish: OSError: [Errno 28] No space left on device; the partial report and the journal "
+        f"the run could not finish: No space left on device (ENOSPC); the partial report and the journal "
         f"are in {tmp_path / 'out'} (`--resume` goes on from there)\n")
     partial = json.loads((tmp_path / "out" / "report.json").read_text())
     assert partial["finished"] is None and len(partial["records"]) == 2
