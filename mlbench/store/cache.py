@@ -124,6 +124,10 @@ class ArtifactCache:
             sig = signature(artifact)
             if not self.state.trusted(key, sig, meta["checksum"]):
                 self._check_content(key, artifact, meta["checksum"], sig)
+        except FileNotFoundError:
+            if os.path.lexists(entry_dir):
+                raise
+            return None  # a `cache clear` took it while it was being checked: a miss, rebuilt
         except Corrupt as e:
             self._evict_or_refuse(entry_dir, str(e))  # one UserError line when it cannot be removed
             log.warning("cache entry %s is corrupt (%s); rebuilding", key[:12], e)
