@@ -75,8 +75,8 @@ def install() -> Path:
     import coremltools.converters.mil.mil.ops.tests.testing_utils as op_utils
     import coremltools.converters.mil.testing_utils as utils
 
-    op_utils.compare_backend = emulated_compare_backend  # type: ignore[assignment]
-    utils.compare_backend = emulated_compare_backend  # type: ignore[assignment]
+    op_utils.compare_backend = emulated_compare_backend
+    utils.compare_backend = emulated_compare_backend
     return Path(op_utils.__file__).parent
 
 
