@@ -85,6 +85,8 @@ def scatter_nd(data, indices, updates, mode="update", **_):
 @kernel("topk")
 def topk(x, k=1, axis=-1, ascending=False, sort=True, return_indices=True, **_):
     values, indices = torch.topk(x, as_int(k), dim=as_int(axis), largest=not as_bool(ascending), sorted=True)
+    if not as_bool(return_indices):  # iOS18: the op then declares one output
+        return values
     return values, indices.to(torch.int32)
 
 

@@ -40,7 +40,11 @@ def list_read(ls, index, **_):
 
 @kernel("list_gather")
 def list_gather(ls, indices, **_):
-    return torch.stack([ls[i] for i in as_ints(indices)])
+    written = next((v for v in ls if v is not None), None)
+    if written is None:
+        raise ValueError("list_gather on a list with no element written")
+    # slots never written (a list_write past the end leaves a gap) read as zeros
+    return torch.stack([ls[i] if ls[i] is not None else torch.zeros_like(written) for i in as_ints(indices)])
 
 
 @kernel("list_scatter")

@@ -2,8 +2,10 @@
 
 Gate layouts follow the MIL op definitions (coremltools ``ops/defs/iOS15/recurrent.py``):
 lstm weights stack the gates as input, forget, output, cell (``ifoz``); gru as reset, output,
-update (``roz``), with the reset gate applied to ``W_ho h`` before the bias (iOS15) or, with
-``reset_after`` (iOS18), after it. coremltools converts torch's GRU to a while loop instead,
+update (``roz``), with the reset gate applied to ``h`` before ``W_ho`` (iOS15; the op doc's
+``r * W_ho h`` reads otherwise, but coremltools' numpy reference in its iOS14 op tests computes
+``W_ho (r * h)``) or, with ``reset_after`` (iOS18), to ``W_ho h + b_ho``. lstm's ``clip`` bounds
+the cell state ``c_t`` (that reference again; the doc says "cell gate"). coremltools converts torch's GRU to a while loop instead,
 because torch's GRU applies the reset gate after its hidden bias.
 """
 
@@ -47,9 +49,9 @@ def _lstm_direction(x, h, c, w_ih, w_hh, bias, peephole, reverse, f_rec, f_cell,
         if p_i is not None:
             gi, gf = gi + p_i * c, gf + p_f * c
         i, f, z = f_rec(gi), f_rec(gf), f_cell(gz)
-        if clip is not None:
-            z = torch.clamp(z, -clip, clip)
         c = f * c + i * z
+        if clip is not None:  # the cell state, as coremltools' reference (iOS14 test_recurrent) clips it
+            c = torch.clamp(c, -clip, clip)
         if p_o is not None:
             go = go + p_o * c
         h = f_rec(go) * f_act(c)
@@ -97,10 +99,13 @@ def gru(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
     after = as_bool(reset_after)
     for t in steps:
         xr, xo, xz = x_proj[t].split(hidden, dim=-1)
-        hr, ho, hz = torch.matmul(h, weight_hh.t()).split(hidden, dim=-1)
-        r = f_rec(xr + hr + b_r)
-        z = f_rec(xz + hz + b_z)
-        o = f_act(xo + r * (ho + b_o)) if after else f_act(xo + r * ho + b_o)
+        w_r, w_o, w_z = weight_hh.split(hidden)
+        r = f_rec(xr + torch.matmul(h, w_r.t()) + b_r)
+        z = f_rec(xz + torch.matmul(h, w_z.t()) + b_z)
+        if after:  # iOS18: r * (W_ho h + b_ho)
+            o = f_act(xo + r * (torch.matmul(h, w_o.t()) + b_o))
+        else:  # r applied to h before W_ho, as coremltools' numpy reference (iOS14 test_recurrent) does
+            o = f_act(xo + torch.matmul(r * h, w_o.t()) + b_o)
         h = (1 - z) * o + z * h
         outputs[t] = h
     seq = torch.stack(outputs)

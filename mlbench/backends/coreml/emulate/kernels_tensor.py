@@ -18,14 +18,25 @@ def identity(x, **_):
 @kernel("reshape")
 def reshape(x, shape, **_):
     shape = as_ints(shape)
-    shape = [x.shape[i] if s == 0 and i < x.dim() else s for i, s in enumerate(shape)]
+    # iOS17: a 0 copies the input dim aligned from the right (len(shape)-i == rank-j); out of range, 1.
+    # iOS15 allows 0 only when len(shape) == rank, where the two rules agree.
+    offset = x.dim() - len(shape)
+    shape = [(x.shape[i + offset] if 0 <= i + offset < x.dim() else 1) if s == 0 else s
+             for i, s in enumerate(shape)]
     return x.reshape(shape)
+
+
+def _bools(values) -> list[bool]:
+    """A bool list given as a tensor or (when a const attribute) a Python list."""
+    if isinstance(values, torch.Tensor):
+        return [bool(v) for v in values.reshape(-1).tolist()]
+    return [as_bool(v) for v in values]
 
 
 @kernel("reshape_like", variadic=("ref_tensors",))
 def reshape_like(x, ref_tensors, begins, ends, end_masks, **_):
     shape: list[int] = []
-    for ref, b, e, m in zip(ref_tensors, as_ints(begins), as_ints(ends), [as_bool(v) for v in end_masks.reshape(-1)]):
+    for ref, b, e, m in zip(ref_tensors, as_ints(begins), as_ints(ends), _bools(end_masks)):
         shape += list(ref.shape[b:] if m else ref.shape[b:e])
     return x.reshape(shape)
 
@@ -55,7 +66,8 @@ def expand_dims(x, axes, **_):
 
 @kernel("flatten2d")
 def flatten2d(x, axis=1, **_):
-    axis = as_int(axis) % max(x.dim(), 1)
+    axis = as_int(axis)
+    axis = axis + x.dim() if axis < 0 else axis  # axis == rank is valid: [prod(shape), 1]
     return x.reshape(math.prod(x.shape[:axis]), -1)
 
 

@@ -313,7 +313,8 @@ I32 = np.int32
 
 
 def test_shape_changes():
-    assert run("reshape", x=X, shape=np.array([2, 0, -1], I32)).shape == (2, 3, 20)  # 0 copies a dim
+    # iOS17 reshape: a 0 copies the input dim aligned from the right (coremltools ops/defs/iOS17)
+    assert run("reshape", x=X, shape=np.array([2, 0, -1], I32)).shape == (2, 4, 15)
     close(run("transpose", x=X, perm=np.array([0, 3, 1, 2], I32)), X.transpose(0, 3, 1, 2))
     close(run("squeeze", x=X[:, :1], axes=np.array([1], I32)), X[:, 0])
     assert run("squeeze", x=np.zeros((1, 3, 1)), axes=None).shape == (3,)
@@ -477,17 +478,19 @@ def test_gru_follows_the_mil_formula_and_reset_after_matches_torch():
     seq, h_last = run("gru", x=x.numpy(), initial_h=h0[0].numpy(), weight_ih=w_ih, weight_hh=w_hh, bias=b_hh,
                       input_bias=b_ih, reset_after=True, output_sequence=True)
     close(seq, out.numpy()), close(h_last, h[0].numpy())
-    # iOS15 gru: o = tanh(W_io x + r * (W_ho h) + b_o), one bias; checked step by step in numpy.
+    # iOS15 gru: o = tanh(W_io x + W_ho (r * h) + b_o), one bias, as coremltools' numpy reference in
+    # its iOS14 op tests computes it; checked step by step in numpy.
     bias = b_ih + b_hh
     seq15, _ = run("gru", x=x.numpy(), initial_h=h0[0].numpy(), weight_ih=w_ih, weight_hh=w_hh, bias=bias,
                    output_sequence=True)
     hh = h0[0].numpy()
     for t in range(5):
         xr, xo, xz = np.split(x[t].numpy() @ w_ih.T, 3, axis=-1)
-        hr, ho, hz = np.split(hh @ w_hh.T, 3, axis=-1)
+        hr, _ho, hz = np.split(hh @ w_hh.T, 3, axis=-1)
         br, bo, bz = np.split(bias, 3)
         r, z = sigmoid(xr + hr + br), sigmoid(xz + hz + bz)
-        hh = (1 - z) * np.tanh(xo + r * ho + bo) + z * hh
+        ho = (r * hh) @ np.split(w_hh, 3)[1].T
+        hh = (1 - z) * np.tanh(xo + ho + bo) + z * hh
         close(seq15[t], hh)
 
 

@@ -1,0 +1,126 @@
+"""Conformance: coremltools' own MIL op tests, run through mlbench's Core ML interpreter (issue 38).
+
+    python benchmarks/coreml_conformance.py                      # the whole shipped suite (long)
+    python benchmarks/coreml_conformance.py iOS14/test_recurrent.py -k "TestGRU"   # any pytest selection
+
+Each op test builds a program with the MIL builder and hands it, with numpy expected outputs and
+tolerances, to ``compare_backend`` (which on macOS runs Core ML). Here that helper is replaced: the
+program, already converted by the test to an ML program at its deployment target and precision, is
+run by ``mlbench.backends.coreml.emulate`` and compared at the tolerances the helper uses (fp16:
+``max(100 * atol, 0.5)``, ``max(100 * rtol, 0.05)``, as coremltools does). Each case counts as
+pass / wrong / unsupported / crash, or n/a (never reached the comparison: the neuralnetwork backend,
+type-inference-only tests, tests expecting the converter to reject the program, stateful programs).
+Counts are per test class (``TestGRU`` -> ``gru``). The suite is the installed coremltools' own:
+``PINNED_COREMLTOOLS`` says which one these counts were taken against.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+
+PINNED_COREMLTOOLS = "9.0"
+OUTCOMES = ("pass", "wrong", "unsupported", "crash", "n/a")
+_results: dict[str, str] = {}
+_RANK = {o: i for i, o in enumerate(("n/a", "pass", "wrong", "unsupported", "crash"))}
+
+
+def _record(outcome: str) -> None:
+    node = os.environ.get("PYTEST_CURRENT_TEST", "?").split(" (")[0]
+    if _RANK[outcome] >= _RANK.get(_results.get(node, "n/a"), 0):
+        _results[node] = outcome
+
+
+def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype="fp32", atol=1e-04,
+                             rtol=1e-05, also_compare_shapes=True, state=None, allow_mismatch_ratio=0.0):
+    """coremltools' ``compare_backend`` with the interpreter in Core ML's place; records, never raises."""
+    import numpy as np
+
+    from mlbench.backends.coreml.emulate import Emulator, UnsupportedOps, load_program
+
+    if not getattr(mlmodel, "is_package", False) or state is not None or expected_outputs is None:
+        _record("n/a")
+        return None
+    if dtype == "fp16":
+        atol, rtol = max(atol * 100.0, 5e-1), max(rtol * 100.0, 5e-2)
+    try:
+        outputs = Emulator(load_program(mlmodel.package_path)).run(dict(input_key_values))
+    except UnsupportedOps:
+        _record("unsupported")
+        return None
+    except Exception:  # noqa: BLE001 - a crash of the interpreter is what is counted
+        _record("crash")
+        return None
+    for name, expected in expected_outputs.items():
+        got = outputs.get(name)
+        expected = np.asarray(expected)
+        if got is None or (also_compare_shapes and got.shape != expected.shape):
+            _record("wrong")
+            return outputs
+        close = np.isclose(got.astype(np.float64), expected.astype(np.float64), atol=atol, rtol=rtol)
+        if np.mean(~close) > allow_mismatch_ratio:
+            _record("wrong")
+            return outputs
+    _record("pass")
+    return outputs
+
+
+def install() -> Path:
+    """Patch coremltools' test helpers (before the tests import them); the op tests' folder."""
+    os.environ.setdefault("PYMIL_TEST_TARGETS", "mlprogram")
+    os.environ.setdefault("INCLUDE_MIL_FP32_UNIT_TESTS", "1")
+    import coremltools.converters.mil.mil.ops.tests.testing_utils as op_utils
+    import coremltools.converters.mil.testing_utils as utils
+
+    op_utils.compare_backend = emulated_compare_backend
+    utils.compare_backend = emulated_compare_backend
+    return Path(op_utils.__file__).parent
+
+
+def op_of(node: str) -> str:
+    parts = node.split("::")
+    cls = parts[1] if len(parts) > 2 else Path(parts[0]).stem
+    name = re.sub(r"^Test", "", cls)
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+
+
+def table(results: dict[str, str]) -> str:
+    per_op: dict[str, Counter] = defaultdict(Counter)
+    for node, outcome in results.items():
+        per_op[op_of(node)][outcome] += 1
+    total: Counter = Counter(results.values())
+    lines = [f"{'op':<32}" + "".join(f"{o:>12}" for o in OUTCOMES)]
+    for op in sorted(per_op):
+        lines.append(f"{op:<32}" + "".join(f"{per_op[op][o]:>12}" for o in OUTCOMES))
+    lines.append(f"{'TOTAL':<32}" + "".join(f"{total[o]:>12}" for o in OUTCOMES))
+    return "\n".join(lines)
+
+
+class _Collector:
+    def pytest_runtest_logreport(self, report):  # a test that never compared is n/a
+        if report.when == "call" or (report.when == "setup" and report.skipped):
+            _results.setdefault(report.nodeid, "n/a")
+
+
+def main(argv: list[str]) -> int:
+    import coremltools
+    import pytest
+
+    folder = install()
+    if coremltools.__version__ != PINNED_COREMLTOOLS:
+        print(f"note: counts are pinned to coremltools {PINNED_COREMLTOOLS}; installed {coremltools.__version__}")
+    selection = [str(folder / a) if (folder / a.split("::")[0]).exists() else a for a in argv]
+    if not any((folder / a.split("::")[0]).exists() for a in argv):
+        selection.insert(0, str(folder))
+    os.chdir(folder.parent)
+    pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header", "-rN", "--tb=no",
+                 *selection], plugins=[_Collector()])
+    print(table(_results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

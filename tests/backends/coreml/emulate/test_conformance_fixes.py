@@ -1,0 +1,84 @@
+"""Kernels fixed by running coremltools' own MIL op tests through the interpreter (issue 38).
+
+Each expected value is computed by hand (numpy, float64) from the op's definition as coremltools'
+reference implementation in its op tests states it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mlbench.backends.coreml.emulate.registry import KERNELS
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def test_gru_applies_the_reset_gate_to_h_before_the_recurrent_matmul():
+    hidden, x_t, h0 = 2, np.array([[[0.5]]]), np.array([[0.3, -0.7]])
+    w_ih = np.array([[0.2], [-0.4], [0.6], [0.1], [0.9], [-0.3]])  # r, o, z rows
+    w_hh = np.array([[0.5, -0.2], [0.3, 0.8], [-0.6, 0.4], [0.7, -0.5], [0.2, 0.1], [-0.4, 0.6]])
+    xr, xo, xz = np.split(w_ih @ x_t[0, 0], 3)
+    wr, wo, wz = np.split(w_hh, 3)
+    r = _sigmoid(xr + wr @ h0[0])
+    z = _sigmoid(xz + wz @ h0[0])
+    o = np.tanh(xo + wo @ (r * h0[0]))
+    expected = (1 - z) * o + z * h0[0]
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    _seq, h = KERNELS["gru"].fn(x=t(x_t), initial_h=t(h0), weight_ih=t(w_ih), weight_hh=t(w_hh))
+    assert h.shape == (1, hidden)
+    np.testing.assert_allclose(h.numpy()[0], expected, atol=1e-6)
+    wrong = np.tanh(xo + r * (wo @ h0[0]))  # the old reading
+    assert np.max(np.abs(expected - ((1 - z) * wrong + z * h0[0]))) > 1e-3
+
+
+def test_lstm_clip_bounds_the_cell_state_not_the_cell_gate():
+    # one step, one unit: all gates' pre-activations come from x only (w_hh = 0).
+    x = torch.tensor([[[1.0]]])
+    w_ih = torch.tensor([[10.0], [10.0], [10.0], [10.0]])  # i, f, o, z ~ saturated
+    w_hh = torch.zeros(4, 1)
+    c0 = torch.tensor([[5.0]])
+    _out, h, c = KERNELS["lstm"].fn(x=x, initial_h=torch.zeros(1, 1), initial_c=c0, weight_ih=w_ih,
+                                    weight_hh=w_hh, clip=torch.tensor(2.0))
+    i = f = o = _sigmoid(10.0)
+    z = np.tanh(10.0)
+    c_expected = min(f * 5.0 + i * z, 2.0)  # ~6.0 clipped to 2.0
+    assert abs(float(c) - c_expected) < 1e-6
+    assert abs(float(h) - o * np.tanh(c_expected)) < 1e-6
+
+
+def test_flatten2d_axis_equal_to_rank_gives_a_trailing_one():
+    x = torch.arange(24.0).reshape(2, 3, 4)
+    assert KERNELS["flatten2d"].fn(x=x, axis=torch.tensor(3)).shape == (24, 1)
+    assert KERNELS["flatten2d"].fn(x=x, axis=torch.tensor(-1)).shape == (6, 4)
+    assert KERNELS["flatten2d"].fn(x=x, axis=torch.tensor(0)).shape == (1, 24)
+
+
+def test_reshape_like_takes_end_masks_as_a_list():
+    x = torch.arange(6.0)
+    refs = [torch.zeros(2, 5), torch.zeros(7, 3)]
+    out = KERNELS["reshape_like"].fn(x=x, ref_tensors=refs, begins=[0, 1], ends=[1, 2], end_masks=[False, True])
+    assert out.shape == (2, 3)
+
+
+def test_topk_without_indices_returns_the_values_only():
+    out = KERNELS["topk"].fn(x=torch.tensor([3.0, 1.0, 2.0]), k=torch.tensor(2), return_indices=False)
+    assert isinstance(out, torch.Tensor)
+    assert out.tolist() == [3.0, 2.0]
+
+
+def test_list_gather_reads_unwritten_slots_as_zeros():
+    ls = KERNELS["make_list"].fn(init_length=torch.tensor(1), elem_shape=None)
+    ls = KERNELS["list_write"].fn(ls=ls, index=torch.tensor(2), value=torch.tensor([1.0, 2.0]))
+    out = KERNELS["list_gather"].fn(ls=ls, indices=torch.tensor([0, 1, 2]))
+    assert out.tolist() == [[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]]
+
+
+def test_reshape_zero_entries_align_from_the_right_when_the_rank_changes():
+    # coremltools ops/defs/iOS17/tensor_transformation.py reshape: x [2, 50], shape [1, 0, -1, 0] -> [1, 1, 2, 50]
+    x = torch.zeros(2, 50)
+    assert KERNELS["reshape"].fn(x=x, shape=torch.tensor([1, 0, -1, 0])).shape == (1, 1, 2, 50)
+    assert KERNELS["reshape"].fn(x=torch.zeros(2, 3, 4), shape=torch.tensor([0, -1])).shape == (3, 8)
+    assert KERNELS["reshape"].fn(x=torch.zeros(2, 3, 4), shape=torch.tensor([0, 0, -1])).shape == (2, 3, 4)
