@@ -10,9 +10,9 @@ MobileOne and FastViT are reparameterized for inference as their repositories do
 from __future__ import annotations
 
 import csv
-import re
 import hashlib
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -51,7 +51,7 @@ def _published_optimization(text: str) -> tuple[dict | None, str] | None:
     Palettization uses coremltools' uniform mode: the stored format (n-bit indices, a per-tensor LUT) is what
     latency depends on, and k-means on every weight would take minutes per model here."""
     t = text.lower()
-    if t.startswith("float16") or t.startswith("not stated"):
+    if t.startswith(("float16", "not stated")):
         return None, ""
     if m := re.match(r"(\d) bit palettization", t):
         return {"kind": "palettize", "nbits": int(m.group(1)), "mode": "uniform"}, f"palettize{m.group(1)}"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 RULES_PATH = Path(__file__).with_name("compression_rules.yaml")
 QDQ = ("quantize", "dequantize")
 
-__all__ = ["Adjustment", "load_compression_rules", "op_adjustment", "apple_rule_table", "rule_table"]
+__all__ = ["Adjustment", "apple_rule_table", "load_compression_rules", "op_adjustment", "rule_table"]
 
 
 @dataclass(frozen=True)
