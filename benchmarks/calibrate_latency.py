@@ -2,15 +2,20 @@
 
     PYTHONPATH=. python benchmarks/calibrate_latency.py [--write] [--rows CSV]
 
-Each row of benchmarks/calibration/coreml_latency.csv (the only figures the model may be fitted to)
-is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
+Each prediction-latency row of ../shared/calibration/ (coreml_latency.csv and published_apple.csv, the only
+figures the model may be fitted to; diffusion, generation and load-time rows are left out and counted, and a
+float16 baseline printed on three pages is one row) is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
 and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
 mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
 (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
 fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows uses one set of parameters pooled over every row (`fit.parameters`, round 2's
-structure), and its band is leave-one-chip-out. A parameter is fitted only where
+A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation,
+scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
+leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
+(palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
+the compressed rows' leave-one-out. Pairwise order agreement counts pairs of rows of one model on one chip
+from one page. A parameter is fitted only where
 the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
 leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
 Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
