@@ -9,7 +9,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]  # a coremltools op-test sample in a subprocess: ~100 s
 
 SCRIPT = ROOT / "benchmarks" / "coreml_conformance.py"
 SAMPLE = ["iOS14/test_recurrent.py", "-k", "TestGRU and smoke and backend1"]  # iOS15 fp32
