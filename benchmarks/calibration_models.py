@@ -84,9 +84,11 @@ def _key(row: Row) -> str:
 
 
 def cache_dir() -> Path:
+    """Beside the artifact cache, not inside it: the cache refuses a folder holding files it did not write."""
     from mlbench.store.cache import default_cache_dir
 
-    return default_cache_dir() / "calibration"
+    cache = default_cache_dir()
+    return cache.with_name(f"{cache.name}-calibration-analyses")
 
 
 def analysis_for(row: Row, *, verbose: bool = True):
