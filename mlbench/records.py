@@ -28,6 +28,8 @@ from pydantic import (
     model_validator,
 )
 
+from mlbench.stability import Stability
+
 Source = Literal["measured", "emulated", "reference", "estimated"]
 Status = Literal["ok", "failed", "skipped"]
 
@@ -76,13 +78,21 @@ class Metric(BaseModel):
                                         description="The raw samples value is the median of, where the figure has "
                                         "its own (a generation's timed prefills and decode steps); compare's noise "
                                         "guard reads them.")
+    stability: Stability | None = Field(default=None,
+                                        description="For a timed figure: how far it can be trusted (dispersion, "
+                                        "samples, the machine's load while it was taken); null in records written "
+                                        "before figures were graded, and for figures that are not timed.")
+    spread: float | None = Field(default=None,
+                                 description="For a figure measured several times in the run (memory): the largest "
+                                 "minus the smallest measurement, in the figure's unit; compare widens its noise "
+                                 "floor by it.")
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler: SerializerFunctionWrapHandler):  # no return annotation: see
         # NotFiniteAsAbsent. Written out by hand rather than with Field(exclude_if=...), which needs pydantic 2.12
         data = handler(self)
         if isinstance(data, dict):
-            for name in ("band", "measured_as", "samples"):
+            for name in ("band", "measured_as", "samples", "stability", "spread"):
                 if data.get(name, 0) is None:
                     del data[name]
         return data
@@ -197,6 +207,16 @@ class Latency(BaseModel):
     stopped_by: Literal["repeats", "min_time", "max_repeats"] = Field(
         description="Which condition ended the loop last (both repeats and min_time_s must be met)."
     )
+    stability: Stability | None = Field(default=None, description="How far the figures can be trusted, graded "
+                                        "from the samples and the machine's load while they were taken (docs/"
+                                        "running.md, Stability); null in records written before.")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_stability(self, handler: SerializerFunctionWrapHandler):  # no return annotation: as Metric's
+        data = handler(self)
+        if isinstance(data, dict) and data.get("stability", 0) is None:
+            del data["stability"]  # records that never had one keep their JSON as it was
+        return data
 
 
 def _not_finite_field() -> Any:

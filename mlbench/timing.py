@@ -12,6 +12,11 @@ imported, a few million), which lands a pause of tens of milliseconds in a rando
 collector keeps running, so nothing the model leaks in cycles accumulates. The collection comes
 before the warmup, not between warmup and timed calls: its pass over millions of objects evicts the
 model's weights from the CPU caches, and the first timed calls paid for that.
+
+Every timed figure is graded (`mlbench.stability`): the machine's load is read once either side of the
+timed calls (outside the loop) and the grade rides on the `Latency` (and on the metrics built from it).
+`summarise` alone grades nothing: figures built by hand, or from records written before, carry no grade
+and are judged as they always were.
 """
 
 from __future__ import annotations
@@ -24,9 +29,22 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal
 
+from mlbench.machine_load import LoadSample, load_between, sample
 from mlbench.records import Latency
+from mlbench.stability import Stability, grade
 
 StoppedBy = Literal["repeats", "min_time", "max_repeats"]  # Latency.stopped_by
+LOAD_MIN_WINDOW_S = 0.1
+"""Below this, the other processes' share of the CPU over the timed calls is not used: /proc/stat counts
+in 10 ms ticks, so a shorter window's share is a guess."""
+
+
+def graded(samples_ms: list[float], started: LoadSample) -> Stability:
+    """The grade of samples timed since `started` (a `machine_load.sample()` taken just before them)."""
+    load = load_between(started, sample(), "timed calls")
+    if load["seconds"] < LOAD_MIN_WINDOW_S:
+        load["other_share"] = None
+    return grade(samples_ms, load)
 
 
 def percentile(sorted_values: list[float], q: float) -> float:
@@ -92,6 +110,7 @@ def time_calls(
     with quiet_heap():
         for _ in range(warmup):  # after the collection: its pass over the heap evicts the model from the caches
             call()
+        started = sample()  # the machine's load over the timed calls, read outside them
         start = clock()
         for i in range(first_phase):  # as bare as a hand-written loop
             t0 = clock()
@@ -105,8 +124,10 @@ def time_calls(
             append(clock() - t0)
             stopped_by = "max_repeats" if len(samples_ns) == max_repeats else "min_time"
         total_s = (clock() - start) / 1e9
-    return summarise([s / 1e6 for s in samples_ns], warmup=warmup, threads=threads, total_s=total_s,
-                     stopped_by=stopped_by)
+    samples_ms = [s / 1e6 for s in samples_ns]
+    latency = summarise(samples_ms, warmup=warmup, threads=threads, total_s=total_s, stopped_by=stopped_by)
+    latency.stability = graded(samples_ms, started)
+    return latency
 
 
 def time_block(call: Callable[[], Any], *, calls: int, warmup: int) -> list[float]:

@@ -150,9 +150,9 @@ def runtime_metrics(latency: Latency, *, first_ms: float, load_ms: float | None 
     """The measured figures every runtime reports the same way, so reports and compare rules line up."""
     metrics = {
         "first_call": Metric.measured(first_ms, "ms"),
-        "latency.median": Metric.measured(latency.median, "ms"),
-        "latency.best": Metric.measured(latency.best, "ms"),
-        "latency.p90": Metric.measured(latency.p90, "ms"),
+        **{name: Metric(value=value, unit="ms", source="measured", stability=latency.stability)  # the grade rides
+           for name, value in (("latency.median", latency.median), ("latency.best", latency.best),  # on each figure
+                               ("latency.p90", latency.p90))},
     }
     if load_ms is not None:
         metrics["load_time"] = Metric.measured(load_ms, "ms")

@@ -17,13 +17,17 @@ samples (`mlbench.compare.noise`) says the two runs differ *and*, for median and
 interval of the ratio lies wholly past the threshold (a real 30% slowdown clears it; a 12% swing of
 a busy machine between runs does not). A change in the other direction past the same threshold is
 an improvement, under the same tests.
+
+A rule on a figure that either run graded `unreliable` (`mlbench.stability`, recorded with the figure) is
+inconclusive: neither a pass nor a regression, listed apart with the reason, and it never fails the gate.
+Figures without a recorded grade (records written before grading, or built by hand) are judged as before.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from mlbench.compare.noise import DEFAULT_ALPHA, TEST_NAME, NoiseTest, mann_whitney_u, ratio_interval
 from mlbench.compare.paired import TEST_NAME as PAIRED_TEST
@@ -41,6 +45,7 @@ from mlbench.machine import machine_key, machine_words
 from mlbench.machine_load import load_warning
 from mlbench.metrics import compared_by_default, estimate_mark, format_value, info
 from mlbench.records import RunRecord, RunReport
+from mlbench.stability import inconclusive
 
 Group = Literal["regressed", "improved", "unchanged", "new", "gone"]
 GROUPS: tuple[Group, ...] = ("regressed", "improved", "unchanged", "new", "gone")
@@ -104,6 +109,16 @@ class VariantComparison(BaseModel):
     findings: list[Finding]
     held_back: list[str] = Field(default_factory=list,
                                  description="Threshold crossings the noise test did not confirm.")
+    inconclusive: list[str] = Field(default_factory=list,
+                                    description="Rules not judged because a side's figure was graded unreliable "
+                                    "(neither a pass nor a regression), each with the reason; left out when none.")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_inconclusive(self, handler: SerializerFunctionWrapHandler):  # no return annotation: the
+        data = handler(self)  # model's own schema stays; comparisons without one keep their JSON as it was
+        if isinstance(data, dict) and not data.get("inconclusive", True):
+            del data["inconclusive"]
+        return data
 
 
 class Interleaved(BaseModel):
@@ -237,17 +252,20 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
     return 0
 
 
-def _noise_floor(rule: Rule, d: MetricDelta) -> str | None:
-    """The catalog's noise floor, in words, when a change rule's change lies within it (an allocator's noise);
-    None when the change is past it, or the metric has none."""
+def _noise_floor(rule: Rule, d: MetricDelta, spread: float = 0.0) -> str | None:
+    """The noise floor, in words, when a change rule's change lies within it (an allocator's noise): the
+    catalog's fixed floor, widened to the spread either run measured for the figure (`Metric.spread`); None
+    when the change is past it, or the metric has no floor."""
     known = info(rule.metric)
     if (known is None or known.noise_floor is None or rule.kind in ("above", "below") or d.base is None
             or d.head is None):
         return None
     relative, absolute = known.noise_floor
-    if abs(d.head - d.base) > max(relative * abs(d.base), absolute):
+    if abs(d.head - d.base) > max(relative * abs(d.base), absolute, spread):
         return None
-    return f"max({relative * 100:g}%, {format_value(absolute, d.unit)})"
+    fixed = f"{relative * 100:g}%, {format_value(absolute, d.unit)}"
+    return (f"max({fixed}, the measured spread {format_value(spread, d.unit)})"
+            if spread > max(relative * abs(d.base), absolute) else f"max({fixed})")
 
 
 def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -> bool:
@@ -257,11 +275,11 @@ def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -
     return nearest > rule.threshold
 
 
-def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str]) -> None:
+def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str], spread: float = 0.0) -> None:
     crossing = _crossing(rule, d)
     if not crossing:
         return
-    floor = _noise_floor(rule, d)
+    floor = _noise_floor(rule, d, spread)
     if floor is not None:
         held_back.append(f"{rule.text}: {format_value(d.base, d.unit)} → {format_value(d.head, d.unit)}, within "
                          f"{rule.metric}'s noise floor ({floor})")
@@ -283,6 +301,41 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
             held_back.append(f"{rule.text}: {message}, but the interval does not clear the threshold ({verdict})")
             return
     findings.append(Finding(rule=rule.text, metric=rule.metric, kind=kind, message=message, noise=verdict))
+
+
+def _unreliable(rule: Rule, d: MetricDelta, base: RunRecord | None, head: RunRecord,
+                paired: PairedChange | None) -> str | None:
+    """Why `rule` cannot be judged on these figures (a side graded unreliable; over interleaved rounds, the
+    per-round ratios), in words; None when it can."""
+    sides = []
+    if paired is not None:
+        if inconclusive(paired.stability):
+            assert paired.stability is not None
+            sides.append(f"the per-round ratios are {paired.stability.note()}")
+    else:
+        for side, record in (("base", base), ("head", head)):
+            metric = record.metrics.get(rule.metric) if record is not None else None
+            if metric is not None and inconclusive(metric.stability):
+                assert metric.stability is not None
+                sides.append(f"{side}'s figure is {metric.stability.note()}")
+    if not sides:
+        return None
+    change = f"{format_value(d.base, d.unit)} → {format_value(d.head, d.unit)} ({describe_change(d)})"
+    return (f"{rule.text}: {change}, inconclusive: {'; '.join(sides)}; measure again on a quieter machine, or "
+            "both sides interleaved with `mlbench ab`")
+
+
+def _judge(rule: Rule, d: MetricDelta, base: RunRecord | None, head: RunRecord, v: dict[str, list],
+           paired: dict[str, PairedChange] | None = None) -> None:
+    """`_check` the rule (its noise floor widened to the spread either side measured), unless a side's figure is
+    unreliable: then it is inconclusive."""
+    why = _unreliable(rule, d, base, head, (paired or {}).get(rule.metric))
+    if why is not None:
+        v["inconclusive"].append(why)
+        return
+    spreads = [m.spread for r in (base, head) if r is not None and (m := r.metrics.get(rule.metric)) is not None
+               and m.spread is not None]
+    _check(rule, d, v["findings"], v["held_back"], max(spreads, default=0.0))
 
 
 def _status_finding(rule: Rule, base: RunRecord | None, head: RunRecord | None) -> Finding | None:
@@ -323,6 +376,7 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
         deltas: list[MetricDelta] = []
         findings: list[Finding] = []
         held_back: list[str] = []
+        judged: dict[str, list] = {"findings": findings, "held_back": held_back, "inconclusive": []}
         if b is not None and h is not None:
             for metric in metrics:
                 d = _delta(metric, b, h, alpha, (paired or {}).get(variant_id))
@@ -331,13 +385,13 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
             by_metric = {d.metric: d for d in deltas}
             for rule in rules:
                 if rule.kind != "status" and rule.metric in by_metric:
-                    _check(rule, by_metric[rule.metric], findings, held_back)
+                    _judge(rule, by_metric[rule.metric], b, h, judged, (paired or {}).get(variant_id))
         elif h is not None:  # new: limits still apply to its own figures
             for rule in rules:
                 if rule.kind in ("above", "below") and rule.metric in h.metrics:
                     d = _delta(rule.metric, h.model_copy(update={"metrics": {}}), h, alpha)
                     if d is not None and d.head is not None:
-                        _check(rule, d, findings, held_back)
+                        _judge(rule, d, None, h, judged)
         for rule in rules:
             if rule.kind == "status":
                 finding = _status_finding(rule, b, h)
@@ -358,6 +412,7 @@ def compare(base: RunReport, head: RunReport, rules: list[Rule] | None = None, *
         variants.append(VariantComparison(
             variant_id=variant_id, model=ref.model, group=group, base_status=b.status if b else None,
             head_status=h.status if h else None, deltas=deltas, findings=findings, held_back=held_back,
+            inconclusive=judged["inconclusive"],
         ))
 
     warnings = []

@@ -14,7 +14,10 @@ at 20, 40, 80 rounds; Hodges–Lehmann 7, 14, 19; no false alarm in 20 A=A trial
 bootstrap interval could disagree with the test, and it used only the middle of the rounds. What
 moved the hit rate was more, shorter rounds and several copies of each model (docs/benchmarks.md).
 
-The result is a `NoiseTest`, so `compare` judges rules with it exactly as it judges two runs.
+The result is a `NoiseTest`, so `compare` judges rules with it exactly as it judges two runs. It also
+carries the per-round ratios' stability grade (`mlbench.stability`, without the load: the load hit both sides
+of a round alike, which is the point of alternating them): the rounds of each side may drift apart on a busy
+machine while their ratios hold; ratios that disagree among themselves make the change inconclusive.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mlbench.compare.noise import DEFAULT_ALPHA, NoiseTest
+from mlbench.stability import Stability, grade
 
 TEST_NAME = "Wilcoxon signed-rank"
 MIN_ROUNDS = 5
@@ -50,6 +54,7 @@ class PairedChange:
 
     ratio: float
     noise: NoiseTest
+    stability: Stability | None = None  # the per-round ratios' grade
 
 
 def settled(change: PairedChange, threshold_pct: float) -> bool:
@@ -139,4 +144,4 @@ def paired_change(base: Sequence[float], head: Sequence[float], alpha: float = D
         w, p = float(result.statistic), float(result.pvalue)
     estimate, interval = hodges_lehmann(ratios, alpha)
     return PairedChange(estimate, NoiseTest(test=name, n_base=n, n_head=n, u=w, p_value=p, alpha=alpha,
-                                            significant=p < alpha, interval=interval))
+                                            significant=p < alpha, interval=interval), grade(ratios))

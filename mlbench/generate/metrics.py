@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mlbench.records import Metric, Source, Verification
+from mlbench.stability import Stability
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,14 +61,15 @@ class GreedyTrace:
         return self.tokens[:-1]
 
 
-def _sampled(name: str, value: float | Sequence[float], unit: str, source: Source) -> tuple[Metric, float]:
+def _sampled(name: str, value: float | Sequence[float], unit: str, source: Source,
+             stability: Stability | None) -> tuple[Metric, float]:
     if isinstance(value, (int, float)):
         return Metric(value=float(value), unit=unit, source=source), float(value)
     samples = [float(v) for v in value]
     if not samples:
         raise ValueError(f"{name}: no samples")
     middle = statistics.median(samples)
-    return Metric(value=middle, unit=unit, source=source, samples=samples), middle
+    return Metric(value=middle, unit=unit, source=source, samples=samples, stability=stability), middle
 
 
 def generative_metrics(
@@ -81,6 +83,8 @@ def generative_metrics(
     kv_source: Source = "measured",
     verify_source: Source = "measured",
     absent: Mapping[str, str] | None = None,
+    prefill_stability: Stability | None = None,
+    decode_stability: Stability | None = None,
 ) -> dict[str, Metric]:
     """The generative metrics of one variant.
 
@@ -88,15 +92,17 @@ def generative_metrics(
     per token); a list's median is the metric's value and the list is kept as its raw samples (compare's noise
     guard reads them). `source` is the timings' origin, `kv_source` the cache size's (the cache tensors a
     runtime holds: measured; computed from the model's shapes: estimated), `verify_source` the verification's.
-    `absent` gives the reason for each metric that could not be had (a name: why)."""
+    `absent` gives the reason for each metric that could not be had (a name: why). `prefill_stability` and
+    `decode_stability`: the timings' grades (`mlbench.stability`), carried by their metrics (tokens/s shares
+    decode's)."""
     metrics: dict[str, Metric] = {}
     if prefill_ms is not None:
-        metrics[PREFILL], _ = _sampled(PREFILL, prefill_ms, "ms", source)
+        metrics[PREFILL], _ = _sampled(PREFILL, prefill_ms, "ms", source, prefill_stability)
     if decode_ms is not None:
-        metrics[DECODE], per_token = _sampled(DECODE, decode_ms, "ms", source)
+        metrics[DECODE], per_token = _sampled(DECODE, decode_ms, "ms", source, decode_stability)
         if per_token > 0:  # the decode steps' samples behind it too: the noise guard tests them either way
             metrics[TOKENS_PER_S] = Metric(value=1000.0 / per_token, unit="tokens/s", source=source,
-                                           samples=metrics[DECODE].samples)
+                                           samples=metrics[DECODE].samples, stability=metrics[DECODE].stability)
     if kv_cache_bytes is not None:
         metrics[KV_CACHE] = Metric(value=float(kv_cache_bytes), unit="bytes", source=kv_source)
     if token_agreement is not None:

@@ -4,6 +4,8 @@ Prefill is timed with `mlbench.timing.time_calls` like any latency (each call a 
 cache). Decode steps cannot be repeated on their own (each one moves the cache on), so whole generations are
 run: `warmup` untimed, then `rounds` timed, and every decode step of a timed round is one sample. A step picks
 the greedy token from the previous logits and decodes it, so the time includes the arg-max, as an app's loop does.
+`time_decode_graded` adds the decode steps' stability grade (`mlbench.stability`), read with the machine's load
+over the rounds.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from mlbench.timing import quiet_heap
+from mlbench.machine_load import sample
+from mlbench.stability import Stability
+from mlbench.timing import graded, quiet_heap
 
 
 def decode_rounds(repeats: int, new_tokens: int) -> int:
@@ -38,3 +42,11 @@ def time_decode(prefill: Callable[[], Any], step: Callable[[Any], Any], new_toke
                 if r >= warmup:
                     samples_ns.append(elapsed)
     return [s / 1e6 for s in samples_ns]
+
+
+def time_decode_graded(prefill: Callable[[], Any], step: Callable[[Any], Any], new_tokens: int, *, rounds: int,
+                       warmup: int) -> tuple[list[float], Stability]:
+    """`time_decode`'s samples and their grade, the machine's load read either side of the rounds."""
+    started = sample()
+    samples = time_decode(prefill, step, new_tokens, rounds=rounds, warmup=warmup)
+    return samples, graded(samples, started)

@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING
 
 from mlbench.records import RunRecord
 from mlbench.report.text import printable
+from mlbench.stability import metric_notes, suffix
 
 if TYPE_CHECKING:
     from rich.progress import TaskID
@@ -20,6 +21,11 @@ if TYPE_CHECKING:
 def record_line(record: RunRecord, done: int, total: int) -> str:
     median = record.metrics.get("latency.median")
     figure = f"median {median.value:.3f} ms ({median.source})" if median and median.value is not None else ""
+    if figure and median is not None:
+        figure += suffix(median.stability)
+    unstable = metric_notes(record.metrics)
+    if unstable and record.status == "ok":  # a figure not to trust says so where it is first seen
+        figure = f"{figure}  [{'; '.join(unstable)}]".strip()
     detail = record.error if record.status != "ok" else figure
     line = f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail or ''}".rstrip()
     return printable(line)  # a model's error text never drives the terminal

@@ -229,15 +229,28 @@ def test_two_runs_of_one_pipeline_compare_as_unchanged(two_runs, capsys):
     # this test is about the command's output on real runs, so its rule leaves room for the machine
     assert main(["compare", str(first), str(second), "--fail-on", "latency.median:+300%"]) == 0
     out = capsys.readouterr().out
-    assert "**No regression** (1 unchanged)." in out
+    # a busy machine may grade a run's figures unreliable: the rule is then inconclusive, still no regression
+    assert next(line for line in out.splitlines() if line.startswith("**")).startswith("**No regression** (1 unchanged")
     assert "Noise guard: Mann–Whitney U (two-sided) on the raw latency samples, α=0.01" in out
     assert "| `tiny_cnn/torch/cpu/float32` | ok → ok |" in out and "p=" in out
 
 
+def ungraded(data: dict) -> dict:
+    """A report's JSON without the stability grades of its figures."""
+    for record in data["records"]:
+        for figure in [record.get("latency") or {}, *record["metrics"].values()]:
+            figure.pop("stability", None)
+    return data
+
+
 @pytest.mark.torch
 def test_every_latency_raised_30_percent_fails_and_names_the_variant(two_runs, tmp_path, capsys):
-    _, (first, _) = two_runs
-    data = json.loads(first.read_text())
+    _, (measured, _) = two_runs
+    # figures raised by hand carry no measured grade (a busy machine may have graded the real ones unreliable,
+    # which would make the rule inconclusive): both sides read as records written before grading
+    data = ungraded(json.loads(measured.read_text()))
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(data))
     for record in data["records"]:
         latency = record["latency"]
         latency["samples"] = [s * 1.3 for s in latency["samples"]]

@@ -20,7 +20,7 @@ import numpy as np
 from mlbench.backends.base import Measurement
 from mlbench.generate.metrics import GreedyTrace, generative_metrics, verification_metrics, verify_generation
 from mlbench.generate.reference import REFERENCE_NAME, eager_generation, prompt_tokens
-from mlbench.generate.timing import decode_rounds, time_decode
+from mlbench.generate.timing import decode_rounds, time_decode_graded
 from mlbench.timing import time_calls
 
 if TYPE_CHECKING:
@@ -99,10 +99,13 @@ def measure_generation(session: Any, model: LoadedModel, variant: Variant, confi
     prefill_latency = time_calls(lambda: decoder.prefill(prompt), warmup=settings.warmup, repeats=settings.repeats,
                                  min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
     rounds = decode_rounds(settings.repeats, generate.new_tokens)
-    decode = time_decode(lambda: decoder.prefill(prompt), lambda logits: decoder.decode(int(logits.argmax())),
-                         generate.new_tokens, rounds=rounds, warmup=min(settings.warmup, 1))
+    decode, decode_stability = time_decode_graded(
+        lambda: decoder.prefill(prompt), lambda logits: decoder.decode(int(logits.argmax())), generate.new_tokens,
+        rounds=rounds, warmup=min(settings.warmup, 1))
     kv_bytes = decoder.bytes_per_position() * generate.context
-    metrics = generative_metrics(prefill_ms=prefill_latency.samples, decode_ms=decode, kv_cache_bytes=kv_bytes)
+    metrics = generative_metrics(prefill_ms=prefill_latency.samples, decode_ms=decode,
+                                 prefill_stability=prefill_latency.stability, decode_stability=decode_stability,
+                                 kv_cache_bytes=kv_bytes)
     details: dict[str, Any] = {"generate": {
         "prompt": variant.prompt, "new_tokens": generate.new_tokens, "context": generate.context,
         "cache": "past/present key and value tensors bound as OrtValues (I/O binding); grown by Concat each step",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from mlbench.backends.base import Measurement
 from mlbench.generate.metrics import generative_metrics, verification_metrics, verify_generation
 from mlbench.generate.reference import REFERENCE_NAME, eager_generation, prompt_tokens
-from mlbench.generate.timing import decode_rounds, time_decode
+from mlbench.generate.timing import decode_rounds, time_decode_graded
 from mlbench.plugins.spec import REFERENCE
 from mlbench.timing import time_calls
 
@@ -49,8 +49,10 @@ def measure_generation(model: LoadedModel, payload: Any, variant: Variant, confi
     prefill_latency = time_calls(prefill, warmup=settings.warmup, repeats=settings.repeats,
                                  min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
     rounds = decode_rounds(settings.repeats, generate.new_tokens)
-    decode = time_decode(prefill, step, generate.new_tokens, rounds=rounds, warmup=min(settings.warmup, 1))
+    decode, decode_stability = time_decode_graded(prefill, step, generate.new_tokens, rounds=rounds,
+                                                  warmup=min(settings.warmup, 1))
     metrics = generative_metrics(prefill_ms=prefill_latency.samples, decode_ms=decode,
+                                 prefill_stability=prefill_latency.stability, decode_stability=decode_stability,
                                  kv_cache_bytes=generator.kv_bytes())
     details: dict[str, Any] = {"generate": {"prompt": variant.prompt, "new_tokens": generate.new_tokens,
                                             "context": generate.context, "cache": type(generator.cache).__name__,

@@ -29,6 +29,7 @@ from mlbench.report.html.charts import (
     value_of,
 )
 from mlbench.report.text import html_text as escape
+from mlbench.stability import mark, suffix
 
 BAR_H = 10
 BAR_GAP = 3
@@ -154,6 +155,8 @@ def _median_bar(record: RunRecord, median: Metric, x, label_w: int, by: float) -
     fill = f"url(#{hatch_id('latency')})" if median.source == "estimated" else LATENCY_COLOR
     tip = (f"{record.variant_id}: median {fmt_ms(value)} ms, best {fmt_ms(best.value if best else None)} ms, "
            f"p90 {fmt_ms(p90.value if p90 else None)} ms ({median.source})")
+    if median.stability is not None and median.stability.grade != "stable":
+        tip += f"; {mark(median.stability)} {median.stability.note()}"
     parts = [f'<rect class="bar median {median.source}" x="{label_w}" y="{by:.1f}" '
              f'width="{max(x(value) - label_w, 1):.1f}" height="{BAR_H}" fill="{fill}" '
              f'fill-opacity="0.85"><title>{escape(tip)}</title></rect>']
@@ -165,6 +168,7 @@ def _median_bar(record: RunRecord, median: Metric, x, label_w: int, by: float) -
                      f'<line x1="{x1:.1f}" y1="{ym - 5}" x2="{x1:.1f}" y2="{ym + 5}"/>'
                      f'<line x1="{x2:.1f}" y1="{ym - 5}" x2="{x2:.1f}" y2="{ym + 5}"/></g>')
         text += f"  ({fmt_ms(best.value)}–{fmt_ms(p90.value)})"
+    text += suffix(median.stability)  # ⚠ unreliable, ? noisy: the tooltip and the table's note say why
     parts.append(f'<text class="value" x="{label_w + PLOT_W + 8}" y="{by + BAR_H - 1:.1f}">{escape(text)}</text>')
     return parts
 

@@ -34,6 +34,7 @@ from mlbench.report.html.ship import ship_chart, ship_legend, wanted
 from mlbench.report.html.trend import trend_chart
 from mlbench.report.markdown.run_report import fmt_metric, model_details, model_table, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
+from mlbench.stability import metric_notes
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;
@@ -126,7 +127,7 @@ def _table(records: Sequence[RunRecord]) -> str:
               for m in metric_columns),
             (source_mark(r.verify.source) + f"{r.verify.max_rel:.2e}") if r.verify else "–",
             fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
-            escape((r.error or "")[:160]),
+            escape((r.error or "")[:160] if r.status != "ok" else "; ".join(metric_notes(r.metrics))),
         ]
         rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return ("<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"

@@ -76,6 +76,9 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     verdict = ("**Regression**: " + ", ".join(md_code(v.variant_id) for v in c.variants if v.group == "regressed")
                if c.regressed else "**No regression**")
     command = "ab" if c.interleaved is not None else "compare"
+    unsure = [(v, why) for v in c.variants for why in v.inconclusive]
+    if unsure:  # never a pass: said beside the verdict
+        counts += f"; {len(unsure)} {'rule' if len(unsure) == 1 else 'rules'} inconclusive on unreliable figures"
     lines = [f"## mlbench {command}: {md_cell(c.base.pipeline)}", "", f"{verdict} ({counts}).", "",
              _ref("Base", c.base), _ref("Head", c.head), "",
              "Rules: " + ", ".join(md_code(r) for r in c.rules) + ".",
@@ -117,6 +120,12 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     if c.interleaved is not None and c.interleaved.skipped:
         lines += [f"### Not timed ({len(c.interleaved.skipped)})", ""]
         lines += [f"- {md_code(vid)}: {md_cell(why)}" for vid, why in c.interleaved.skipped.items()]
+        lines.append("")
+    if unsure:
+        lines += [f"### Inconclusive ({len(unsure)})", "",
+                  "Not judged, neither a pass nor a regression: a side's figure was graded unreliable "
+                  "(docs/running.md, Stability):", ""]
+        lines += [f"- {md_code(v.variant_id)}: {md_inline(why)}" for v, why in unsure]
         lines.append("")
     held = [(v, h) for v in c.variants for h in v.held_back]
     if held:

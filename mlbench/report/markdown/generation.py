@@ -21,16 +21,18 @@ from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric, RunRecord
 from mlbench.report.markdown.layout import Column, render_table
 from mlbench.report.text import md_code
+from mlbench.stability import suffix
 from mlbench.units import human_bytes
 
 HEADING = "#### Generation"
 
 
 def fmt_metric(metric: Metric | None, fmt=format_ms) -> str:
-    """A figure with its source's mark (`≈`, `†`, `‡`), or – when absent (as the model table writes them)."""
+    """A figure with its source's mark (`≈`, `†`, `‡`) and its stability's (`⚠`, `?`: the model table's note says
+    why), or – when absent (as the model table writes them)."""
     if metric is None or metric.value is None:
         return "–"
-    return source_mark(metric.source) + fmt(metric.value)
+    return source_mark(metric.source) + fmt(metric.value) + suffix(metric.stability)  # ⚠ unreliable, ? noisy
 
 
 def generative(records: list[RunRecord]) -> list[RunRecord]:

@@ -13,6 +13,7 @@ from mlbench.plugins.spec import REFERENCE, load_attr
 from mlbench.records import Metric, RunRecord, RunReport
 from mlbench.report.markdown.layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
 from mlbench.report.text import md_cell, md_code, md_inline
+from mlbench.stability import LEGEND, metric_notes, suffix
 from mlbench.units import human_bytes
 
 FULL_NAME = "report.full.md"
@@ -22,10 +23,11 @@ STATUS_MARK = {"ok": "ok", "failed": "**failed**", "skipped": "skipped"}
 
 
 def fmt_metric(metric: Metric | None, fmt=format_ms) -> str:
-    """A figure as text; estimated ones carry `≈` so they never pass for measured ones."""
+    """A figure as text; estimated ones carry `≈` so they never pass for measured ones, and a timed figure that
+    is not stable its mark (the note column says why)."""
     if metric is None or metric.value is None:
         return "–"
-    return source_mark(metric.source) + fmt(metric.value)
+    return source_mark(metric.source) + fmt(metric.value) + suffix(metric.stability)  # ⚠ unreliable, ? noisy
 
 
 def variant_label(record: RunRecord) -> str:
@@ -71,6 +73,8 @@ def _note(record: RunRecord) -> str:
     median = record.metrics.get("latency.median")
     if not text and median is not None and median.value is None:
         text = f"not timed: {median.reason}"
+    if record.status == "ok":
+        text = "; ".join([text, *metric_notes(record.metrics)]) if text else "; ".join(metric_notes(record.metrics))
     return md_cell(text)
 
 
@@ -271,7 +275,8 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
         "latency); "
         "– means absent, with the reason in the JSON report. "
         f"Latency: {latency.get('warmup')} warmup calls thrown away, then at least {latency.get('repeats')} calls "
-        f"and {latency.get('min_time_s')} s.",
+        f"and {latency.get('min_time_s')} s."
+        + (f" {LEGEND}" if any(metric_notes(r.metrics) for r in report.records) else ""),
         "",
     ]
     by_model: dict[str, list[RunRecord]] = {}

@@ -117,7 +117,7 @@ def measure_generation(folder: Path, model: LoadedModel, variant: Variant, confi
 
     from mlbench.backends.coreml.generate.export import function_packages
     from mlbench.backends.coreml.runtime import compiled_model
-    from mlbench.generate.timing import decode_rounds, time_decode
+    from mlbench.generate.timing import decode_rounds, time_decode_graded
     from mlbench.timing import time_calls
 
     generate = model.spec.generate
@@ -139,11 +139,13 @@ def measure_generation(folder: Path, model: LoadedModel, variant: Variant, confi
     prefill = time_calls(lambda: generator.prefill(prompt), warmup=settings.warmup, repeats=settings.repeats,
                          min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
     rounds = decode_rounds(settings.repeats, generate.new_tokens)
-    decode = time_decode(lambda: generator.prefill(prompt), lambda logits: generator.decode(int(logits.argmax())),
-                         generate.new_tokens, rounds=rounds, warmup=min(settings.warmup, 1))
+    decode, decode_stability = time_decode_graded(
+        lambda: generator.prefill(prompt), lambda logits: generator.decode(int(logits.argmax())), generate.new_tokens,
+        rounds=rounds, warmup=min(settings.warmup, 1))
     from mlbench.records import Metric
 
-    metrics = {**generative_metrics(prefill_ms=prefill.samples, decode_ms=decode, kv_cache_bytes=kv_cache_bytes),
+    metrics = {**generative_metrics(prefill_ms=prefill.samples, decode_ms=decode, prefill_stability=prefill.stability,
+                                    decode_stability=decode_stability, kv_cache_bytes=kv_cache_bytes),
                "load_time": Metric.measured(load_ms, "ms"), "compile_time": Metric.measured(compile_ms, "ms")}
     details: dict[str, Any] = {"generate": {"prompt": variant.prompt, "new_tokens": generate.new_tokens,
                                             "context": generate.context, "decode_rounds": rounds,
