@@ -86,14 +86,15 @@ def test_the_core_names_no_backend_or_device():
 
 
 LAYERS = (
-    "mlbench", "errors", "units", "cpus", "machine_load", "records", "overflow", "timing", "stability", "memory", "verify",
+    "mlbench", "errors", "units", "cpus", "machine_load", "stability", "records", "overflow", "timing", "memory", "verify",
     "plugins", "metrics", "machine", "store", "config", "matrix", "compare", "sources", "generate", "plan_diff",
     "report", "backends", "validate", "run", "cli", "__main__",
 )
 """mlbench's rooms (a top-level package or module) from the ground floor up, declared once: a room imports
 only rooms before it. `plugins` (the registry and what a backend publishes) is the ground floor that config,
 reports, compare and the CLI read backends through; `validate` checks a pipeline whole, above what it
-consults; `backends` stands above the core it uses; `run` and `cli` at the top."""
+consults; `backends` stands above the core it uses; `run` and `cli` at the top. `stability` (a figure's grade,
+pure) sits below `records`, which carry the grade."""
 
 
 def _room(module: str) -> str:
