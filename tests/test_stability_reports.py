@@ -178,21 +178,25 @@ def test_only_a_recorded_unreliable_grade_makes_a_rule_inconclusive(which, grade
         assert "inconclusive" not in result.model_dump(mode="json")["variants"][0]  # JSON as before
 
 
-def test_ab_calls_a_change_inconclusive_when_the_per_round_ratios_disagree():
+def test_ab_calls_a_change_inconclusive_when_the_per_round_ratios_disagree_and_leave_it_open():
     from mlbench.compare.comparison import compare, parse_rules
     from mlbench.compare.paired import paired_change
 
     base_rounds = [1.0] * 20
-    head_rounds = [1.5, 3.0, 1.2, 4.0, 1.1, 2.5, 1.3, 5.0, 1.4, 3.5] * 2  # ratios all over the place
-    change = paired_change(base_rounds, head_rounds)
-    assert change.stability is not None and change.stability.grade == "unreliable"
-    base, head = rec("m/torch/cpu", TIGHT), rec("m/torch/cpu", SLOWER)
-    result = compare(run_of([base], "b"), run_of([head], "h"), parse_rules(["latency.median:+10%"]),
-                     paired={"m/torch/cpu": {"latency.median": change}})
+    rules = parse_rules(["latency.median:+10%"])
+    base, head = run_of([rec("m/torch/cpu", TIGHT)], "b"), run_of([rec("m/torch/cpu", SLOWER)], "h")
+    scattered = paired_change(base_rounds, [0.5, 2.0, 0.7, 1.6, 0.6, 1.9, 0.8, 1.5, 0.9, 2.2] * 2)
+    assert scattered.stability is not None and scattered.stability.grade == "unreliable"
+    result = compare(base, head, rules, paired={"m/torch/cpu": {"latency.median": scattered}})
     (variant,) = result.variants
-    assert not result.regressed and variant.findings == []
+    assert not result.regressed and variant.findings == [] and len(variant.inconclusive) == 1
     assert variant.inconclusive[0].startswith("latency.median:+10%: 10.10 ms → 13.10 ms (")
-    assert f"inconclusive: the per-round ratios are {change.stability.note()}; measure again" in variant.inconclusive[0]
+    assert f"inconclusive: the per-round ratios are {scattered.stability.note()}; measure again" in variant.inconclusive[0]
+    # ratios of 10 to 40 are far apart, yet every round says much slower: the interval settles it, a regression
+    clear = paired_change(base_rounds, [10.0, 40.0, 15.0, 30.0, 12.0, 35.0, 20.0, 25.0, 11.0, 38.0] * 2)
+    assert clear.stability is not None and clear.stability.grade == "unreliable"
+    settled = compare(base, head, rules, paired={"m/torch/cpu": {"latency.median": clear}})
+    assert settled.regressed and settled.variants[0].inconclusive == []
     steady = paired_change(base_rounds, [1.3 + 0.001 * i for i in range(20)])
     assert steady.stability is not None and steady.stability.grade == "stable"
 

@@ -41,11 +41,11 @@ from mlbench.compare.rules import (  # noqa: F401  (re-exported: the rules are p
     parse_rule,
     parse_rules,
 )
+from mlbench.compare.trust import measured_spread, unreliable_sides
 from mlbench.machine import machine_key, machine_words
 from mlbench.machine_load import load_warning
 from mlbench.metrics import compared_by_default, estimate_mark, format_value, info
 from mlbench.records import RunRecord, RunReport
-from mlbench.stability import inconclusive
 
 Group = Literal["regressed", "improved", "unchanged", "new", "gone"]
 GROUPS: tuple[Group, ...] = ("regressed", "improved", "unchanged", "new", "gone")
@@ -303,39 +303,18 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
     findings.append(Finding(rule=rule.text, metric=rule.metric, kind=kind, message=message, noise=verdict))
 
 
-def _unreliable(rule: Rule, d: MetricDelta, base: RunRecord | None, head: RunRecord,
-                paired: PairedChange | None) -> str | None:
-    """Why `rule` cannot be judged on these figures (a side graded unreliable; over interleaved rounds, the
-    per-round ratios), in words; None when it can."""
-    sides = []
-    if paired is not None:
-        if inconclusive(paired.stability):
-            assert paired.stability is not None
-            sides.append(f"the per-round ratios are {paired.stability.note()}")
-    else:
-        for side, record in (("base", base), ("head", head)):
-            metric = record.metrics.get(rule.metric) if record is not None else None
-            if metric is not None and inconclusive(metric.stability):
-                assert metric.stability is not None
-                sides.append(f"{side}'s figure is {metric.stability.note()}")
-    if not sides:
-        return None
-    change = f"{format_value(d.base, d.unit)} → {format_value(d.head, d.unit)} ({describe_change(d)})"
-    return (f"{rule.text}: {change}, inconclusive: {'; '.join(sides)}; measure again on a quieter machine, or "
-            "both sides interleaved with `mlbench ab`")
-
-
 def _judge(rule: Rule, d: MetricDelta, base: RunRecord | None, head: RunRecord, v: dict[str, list],
            paired: dict[str, PairedChange] | None = None) -> None:
     """`_check` the rule (its noise floor widened to the spread either side measured), unless a side's figure is
-    unreliable: then it is inconclusive."""
-    why = _unreliable(rule, d, base, head, (paired or {}).get(rule.metric))
-    if why is not None:
-        v["inconclusive"].append(why)
+    unreliable (`mlbench.compare.trust`): then it is inconclusive, with the reason."""
+    sides = unreliable_sides(rule.metric, base, head, (paired or {}).get(rule.metric),
+                             rule.threshold if rule.kind == "relative" else None)
+    if not sides:
+        _check(rule, d, v["findings"], v["held_back"], measured_spread(rule.metric, base, head))
         return
-    spreads = [m.spread for r in (base, head) if r is not None and (m := r.metrics.get(rule.metric)) is not None
-               and m.spread is not None]
-    _check(rule, d, v["findings"], v["held_back"], max(spreads, default=0.0))
+    change = f"{format_value(d.base, d.unit)} → {format_value(d.head, d.unit)} ({describe_change(d)})"
+    v["inconclusive"].append(f"{rule.text}: {change}, inconclusive: {'; '.join(sides)}; measure again on a quieter "
+                             "machine, or both sides interleaved with `mlbench ab`")
 
 
 def _status_finding(rule: Rule, base: RunRecord | None, head: RunRecord | None) -> Finding | None:
