@@ -21,11 +21,12 @@ UNRELIABLE_IQR = 0.20  # IQR/median above this: unreliable
 NOISY_CV = 0.10  # coefficient of variation above this: noisy (never unreliable on its own: see below)
 MIN_SAMPLES = 10  # fewer timed calls: noisy (too few to judge the spread)
 BUSY_SHARE = 0.85  # other processes used more than this share of the machine's CPU: a noisy figure is unreliable
-# Why the CV alone never makes a figure unreliable: a few calls preempted among hundreds (a shared runner's
+# Why the CV alone never makes a figure unreliable: a few calls preempted among hundreds (on a shared runner,
 # every minute) give a CV above 1 while the median and the IQR do not move (a tiny CNN: 0.42 ms, CV 1.48,
 # IQR/median 0.11, the next run 0.41 ms); the median is what reports show and gates judge. And why 85%:
 # a 2-core runner shared with other jobs sits at 50-65% all day with figures a 10% gate can still judge;
-# an injected busy loop (more spinning processes than cores) takes it past 85% (tests/test_stability.py).
+# an injected busy loop (more spinning processes than cores) takes it past 85%
+# (tests/test_stability_reports.py).
 
 
 class Stability(BaseModel):
