@@ -1,0 +1,92 @@
+"""A failing model says where: the innermost frame in the user's own files leads the error, in the console
+line and in the record (`details.error_at`), whether the model fails while loading or while measured."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mlbench.cli.main import main
+from mlbench.errors import frame_place, located_error, user_frame
+
+MODELS = '''\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self, after: int = 0) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 4)
+        self.after, self.calls = after, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls > self.after:
+            raise RuntimeError("the shapes do not fit")
+        return self.linear(x)
+'''
+
+PIPELINE = """\
+version: 1
+name: frames
+models:
+  - name: at_load
+    source: models.py:Net
+    inputs: [{name: x, shape: [1, 8]}]
+  - name: at_measure
+    source: models.py:Net
+    kwargs: {after: 1}
+    inputs: [{name: x, shape: [1, 8]}]
+targets:
+  - backend: torch
+latency: {warmup: 1, repeats: 3, min_time_s: 0.0}
+report: {dir: out}
+history: {enabled: false}
+"""
+
+
+@pytest.mark.torch
+def test_a_model_raising_in_forward_is_reported_with_its_file_and_line(write_pipeline, tmp_path, capsys):
+    (tmp_path / "models.py").write_text(MODELS)
+    assert main(["run", str(write_pipeline(PIPELINE))]) == 1
+    err = capsys.readouterr().err.splitlines()
+    load = ("model: model does not run on its inputs (x[1, 8]): models.py:13 in forward: RuntimeError: the shapes "
+            "do not fit")
+    measure = "measure: models.py:13 in forward: RuntimeError: the shapes do not fit"
+    assert err[:2] == [f"[1/2] at_load/torch/cpu/float32  failed  {load}",
+                       f"[2/2] at_measure/torch/cpu/float32  failed  {measure}"]
+    records = {r["variant_id"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())["records"]}
+    where = {"file": str(tmp_path / "models.py"), "line": 13, "function": "forward"}
+    assert records["at_load/torch/cpu/float32"]["error"] == load
+    assert records["at_load/torch/cpu/float32"]["details"]["error_at"] == where
+    assert records["at_measure/torch/cpu/float32"]["error"] == measure
+    assert records["at_measure/torch/cpu/float32"]["details"]["error_at"] == where
+
+
+def _helper() -> None:
+    raise KeyError("deep")
+
+
+def test_the_innermost_user_frame_of_the_innermost_exception_is_named(tmp_path):
+    try:
+        try:
+            _helper()
+        except KeyError as exc:
+            raise ValueError("wrapped") from exc
+    except ValueError as exc:
+        frame = user_frame(exc)
+        text = located_error(exc, base_dir=tmp_path)
+    assert frame is not None and frame[0] == __file__ and frame[2] == "_helper"
+    assert text == f"{__file__}:{frame[1]} in _helper: ValueError: wrapped"  # outside the pipeline's folder: in full
+
+
+def test_library_frames_are_never_the_user_s():
+    import json as library
+
+    try:
+        library.loads("{")
+    except ValueError as exc:  # raised inside the standard library, from this file: this file is the place
+        assert user_frame(exc)[2] == "test_library_frames_are_never_the_user_s"
+    assert user_frame(ValueError("never raised")) is None
+    assert frame_place(("/elsewhere/m.py", 3, "f"), "/tmp") == "/elsewhere/m.py:3 in f"
