@@ -52,7 +52,7 @@ targets:"""
         "named 'no_such_package'"
     )
     assert records["wrong_shape/torch/cpu/bfloat16"]["error"].startswith(
-        f"model: model does not run on its inputs (image[1, 5, 32, 32]): {ROOT}/examples/tiny_cnn.py:25 in forward: "
+        f"model: model does not run on its inputs (image[1, 5, 32, 32]): {ROOT}/pipelines/models/tiny_cnn.py:25 in forward: "
         "RuntimeError: ")
     assert data["summary"] == {"ok": 2, "failed": 4, "skipped": 0}
     assert data["machine"]["packages"]["torch"]
