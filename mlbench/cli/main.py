@@ -183,6 +183,17 @@ def _kept(cache) -> str:
     return f"; kept {n} {'entry' if n == 1 else 'entries'} a run is using" if n else ""
 
 
+def _count(text: str) -> int:
+    """A flag's count: a whole number, 0 or more (argparse says what else was given, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def _inspectors() -> list:
     from mlbench.plugins.registry import specs
 
@@ -281,7 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
                     + "; ".join(s.inspect.describe for s in inspectors) + ".")
     p.add_argument("path", metavar="PATH", help="an exported model file or folder")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
+    p.add_argument("--max-layers", type=_count, default=None, metavar="N",
+                   help="show at most N layers (0: only how many)")
     for spec in inspectors:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)
