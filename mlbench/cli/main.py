@@ -123,17 +123,20 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
-    entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
+    entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)  # by key among equals: stable
     label = lambda meta: printable(meta.get("label") or meta.get("key_inputs", {}).get("backend", "?"))  # noqa: E731
     if args.format == "json":
-        print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries), "entries": [
+        print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries),
+                          "order": "last_used, newest first", "entries": [
             {"key": e.key, "size_bytes": e.size_bytes, "last_used": datetime.fromtimestamp(e.last_used).isoformat(
                 timespec="seconds"), "label": label(e.meta), "path": str(e.path)} for e in entries]}, indent=2))
         return 0
     for entry in entries:
         used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
         print(f"{entry.key[:12]}  {format_size(entry.size_bytes):>9}  used {used}  {label(entry.meta)}")
-    print(f"{len(entries)} entries, {format_size(sum(e.size_bytes for e in entries))} in {cache.root}")
+    order = " (most recently used first)" if len(entries) > 1 else ""
+    print(f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}, "
+          f"{format_size(sum(e.size_bytes for e in entries))} in {cache.root}{order}")
     return 0
 
 
