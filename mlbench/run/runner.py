@@ -58,6 +58,7 @@ class Runner:
         self.cache = ArtifactCache(pipeline.cache_dir)
         self.journal = Journal(pipeline.report_dir / "journal.jsonl")
         self.resume = resume
+        self.resume_note: str | None = None  # what a resume reused, said once the progress starts
         self.retry_crashed = retry_crashed
         self.fingerprints = {v.id: fingerprint(self.config, v) for v in self.plan.variants}
         self.stage_seconds: dict[str, float] = {"load": 0.0, "export": 0.0, "measure": 0.0}
@@ -106,6 +107,8 @@ class Runner:
         found = resume(contents, self.plan.variants, self.config, self.pipeline.sha256,
                        retry_crashed=self.retry_crashed)
         self.records.update(found.kept)
+        self.resume_note = (f"resuming: {len(found.kept)} finished record{'s' if len(found.kept) != 1 else ''} "
+                            f"reused from {self.journal.path}")
         self.artifacts.update(contents.artifacts)
         self.journal.resumed({"at": utc_now(), "reused": len(self.records), "pipeline_sha256": self.pipeline.sha256})
         if found.changed:
@@ -173,6 +176,8 @@ class Runner:
         todo = [v for v in self.plan.variants if v.id not in self.records]
         groups = Plan(todo).artifact_groups()
         executor = self._executor()
+        if self.resume_note:
+            self.progress.note(self.resume_note)
         self.progress.start(len(self.plan.variants), done=len(self.records))
         try:
             work = self._first_phase(executor, groups)
