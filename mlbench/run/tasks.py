@@ -135,6 +135,14 @@ def failure_fields(stage: str, exc: BaseException, base_dir: Path) -> dict[str, 
     return {"error": error, "details": details}
 
 
+def with_failure_details(record: RunRecord, outcome: ExportOutcome | None) -> RunRecord:
+    """`record`, failed by an export built ahead of it (`outcome`), with that failure's details (`error_at`)."""
+    if outcome is not None and outcome.details and record.status == "failed" \
+            and record.error == one_line(outcome.failure or "", limit=1000):  # as `_record` keeps it
+        record.details = {**outcome.details, **record.details}
+    return record
+
+
 @dataclass(frozen=True)
 class ExportOutcome:
     """What building one artifact ahead of measurement gave: a failure, or the key it built."""
@@ -142,6 +150,7 @@ class ExportOutcome:
     variant_id: str
     failure: str | None = None
     built_key: str | None = None  # set when this call built the entry (a cache miss)
+    details: dict[str, Any] = field(default_factory=dict)  # a failure's `error_at`, for its variants' records
 
 
 def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) -> ExportOutcome:
@@ -154,7 +163,8 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
         stage(variant.model, "load")
         model = ctx.model(variant.model)
     except Exception as exc:  # noqa: BLE001 - reported with the variants
-        return ExportOutcome(variant.id, failure=_model_failure(exc, ctx.base_dir))
+        fields = failure_fields("model", exc, ctx.base_dir)
+        return ExportOutcome(variant.id, failure=fields["error"], details=fields["details"])
     try:
         stage(variant.artifact_id, "export")
         with ctx.timed("export"):
@@ -162,7 +172,8 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
     except VariantSkipped:
         return ExportOutcome(variant.id)  # measurement will say why
     except Exception as exc:  # noqa: BLE001
-        return ExportOutcome(variant.id, failure=f"export: {located_error(exc, ctx.base_dir)}")
+        fields = failure_fields("export", exc, ctx.base_dir)
+        return ExportOutcome(variant.id, failure=fields["error"], details=fields["details"])
     info = exported.info
     ctx.cache.release_pins()  # measured later, by a child that finds (and pins) it again
     return ExportOutcome(variant.id, built_key=info.key if info is not None and not info.cache_hit else None)

@@ -57,7 +57,8 @@ history: {{enabled: false}}
 
 NOISY_AT = f"{ROOT}/tests/faulty_models.py:46 in _raise"  # the user's innermost frame, outside the pipeline's folder
 MEMORY = "out of memory: over the limit of 3 GB (limits.memory_gb, peak resident memory seen "
-MEMORY_TAIL = r"\d+\.\d [kMG]B\); {stage}: RuntimeError: \[enforce fail at alloc_cpu\.cpp:"
+MEMORY_TAIL = (r"\d+\.\d [kMG]B\); {stage}: " + re.escape(f"{ROOT}/tests/faulty_models.py:")
+               + r"\d+ in _allocate: RuntimeError: \[enforce fail at alloc_cpu\.cpp:")
 EXPECTED = {
     "good/torch/cpu/float32": ("ok", None),
     "good/onnxruntime/float32/cpu": ("ok", None),

@@ -54,8 +54,9 @@ def test_a_model_raising_in_forward_is_reported_with_its_file_and_line(write_pip
     load = ("model: model does not run on its inputs (x[1, 8]): models.py:13 in forward: RuntimeError: the shapes "
             "do not fit")
     measure = "measure: models.py:13 in forward: RuntimeError: the shapes do not fit"
-    assert err[:2] == [f"[1/2] at_load/torch/cpu/float32  failed  {load}",
-                       f"[2/2] at_measure/torch/cpu/float32  failed  {measure}"]
+    assert err[0] == "2 variants to run"
+    assert [line for line in err if line.startswith("[")] == [f"[1/2] at_load/torch/cpu/float32  failed  {load}",
+                                                              f"[2/2] at_measure/torch/cpu/float32  failed  {measure}"]
     records = {r["variant_id"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())["records"]}
     where = {"file": str(tmp_path / "models.py"), "line": 13, "function": "forward"}
     assert records["at_load/torch/cpu/float32"]["error"] == load
@@ -90,3 +91,20 @@ def test_library_frames_are_never_the_user_s():
         assert user_frame(exc)[2] == "test_library_frames_are_never_the_user_s"
     assert user_frame(ValueError("never raised")) is None
     assert frame_place(("/elsewhere/m.py", 3, "f"), "/tmp") == "/elsewhere/m.py:3 in f"
+
+
+@pytest.mark.torch
+def test_an_export_built_ahead_keeps_the_place_in_its_records(write_pipeline, tmp_path):
+    """With --jobs 2, the artifacts are built in parallel before any measurement: a model failing there fails its
+    variants later, with the same line and the same `error_at`."""
+    pytest.importorskip("onnxruntime")
+    (tmp_path / "models.py").write_text(MODELS)
+    text = PIPELINE.split("  - name: at_measure")[0] + "targets:\n  - backend: onnxruntime\n    precision: " \
+        "[float32, float16]\n" + PIPELINE.split("  - backend: torch\n")[1]
+    assert main(["run", "-q", "--jobs", "2", str(write_pipeline(text))]) == 1
+    records = json.loads((tmp_path / "out" / "report.json").read_text())["records"]
+    assert [r["variant_id"] for r in records] == ["at_load/onnxruntime/float32/cpu", "at_load/onnxruntime/float16/cpu"]
+    for record in records:
+        assert record["error"] == ("model: model does not run on its inputs (x[1, 8]): models.py:13 in forward: "
+                                   "RuntimeError: the shapes do not fit")
+        assert record["details"]["error_at"] == {"file": str(tmp_path / "models.py"), "line": 13, "function": "forward"}
