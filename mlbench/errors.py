@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from pathlib import Path
@@ -149,6 +150,7 @@ def user_frame(exc: BaseException) -> tuple[str, int, str] | None:
     return None
 
 
+@functools.cache
 def _library_roots() -> tuple[str, ...]:
     """Folders whose files are never the user's: mlbench itself, the standard library, site-packages."""
     import os
