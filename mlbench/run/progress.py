@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 from mlbench.records import RunRecord
 from mlbench.report.text import printable
@@ -175,22 +175,63 @@ def _within(inner: str, outer: str) -> bool:
     return all(part in rest for part in outer_parts[1:])  # a subsequence: `in` consumes the iterator
 
 
+class Eta:
+    """The time left, from the records this run finished (a resume's reused ones took no time here), counting
+    down while a variant runs: once it runs past what the others took, the display says so instead of standing
+    at a figure that is already wrong."""
+
+    def __init__(self, done: int = 0) -> None:
+        self.first_done, self.done = done, done
+        self.started = self.last = time.monotonic()
+
+    def finished(self, done: int) -> None:
+        self.done, self.last = done, time.monotonic()
+
+    def text(self, total: float, done: int, now: float | None = None) -> str:
+        now = time.monotonic() if now is None else now
+        measured, left = self.done - self.first_done, int(total) - done
+        if left <= 0:
+            return "ETA 0:00:00"
+        if measured <= 0:
+            return "ETA -:--:--"
+        each = (self.last - self.started) / measured
+        running = now - self.last
+        if running <= each:
+            return f"ETA {_hms(each * left - running)}"
+        rest = f", then ~{_hms(each * (left - 1))}" if left > 1 else ""
+        return f"ETA: running {_hms(running)} (others took {_hms(each)}){rest}"
+
+
+def _hms(seconds: float) -> str:
+    whole = max(0, round(seconds))
+    return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
+
+
 class LiveProgress(Progress):
     """rich's live display: current variant and stage, done/total, elapsed and ETA; records scroll above."""
 
     def __init__(self, console=None) -> None:
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, ProgressColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
+        from rich.text import Text
+
+        live = self
+
+        class EtaColumn(ProgressColumn):
+            def render(self, task: Any) -> Text:
+                return Text(live.eta.text(task.total or 0, int(task.completed)))
 
         self.console = console or Console(stderr=True)
+        self.eta = Eta()
         self.bar = RichProgress(
             TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("ETA"), TimeRemainingColumn(), console=self.console, transient=True,
+            EtaColumn(), console=self.console, transient=True,
         )
         self.task: TaskID | None = None
 
     def start(self, total: int, done: int = 0) -> None:
+        self.eta = Eta(done)
         self.bar.start()
         self.task = self.bar.add_task("starting", total=total, completed=done)
 
@@ -202,6 +243,7 @@ class LiveProgress(Progress):
         self.bar.console.print(printable(text), highlight=False, markup=False)
 
     def record(self, record: RunRecord, done: int, total: int) -> None:
+        self.eta.finished(done)
         self.bar.console.print(record_line(record, done, total), highlight=False, markup=False)
         if self.task is not None:
             self.bar.update(self.task, completed=done)

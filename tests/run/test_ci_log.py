@@ -120,3 +120,17 @@ def test_resume_says_how_many_finished_records_it_reused(write_pipeline, tiny_pi
     assert capsys.readouterr().err.splitlines() == [
         f"resuming: 1 finished record reused from {tmp_path / 'out' / 'journal.jsonl'}", "0 of 1 variant to run",
         f"1 ok; reports in {tmp_path / 'out'}"]
+
+
+def test_the_eta_counts_down_from_this_run_s_records_and_says_when_a_variant_overruns():
+    from mlbench.run.progress import Eta
+
+    eta = Eta(done=6)  # a resume: six records reused, taking no time here
+    assert eta.text(10, 6, now=eta.started + 5) == "ETA -:--:--"  # nothing finished here yet: nothing to go by
+    eta.last = eta.started + 20
+    eta.done = 8  # two variants in 20 s: 10 s each, two left
+    assert eta.text(10, 8, now=eta.last + 4) == "ETA 0:00:16"
+    assert eta.text(10, 8, now=eta.last + 45) == "ETA: running 0:00:45 (others took 0:00:10), then ~0:00:10"
+    eta.done, eta.last = 9, eta.started + 30  # the third in 10 s too
+    assert eta.text(10, 9, now=eta.last + 45) == "ETA: running 0:00:45 (others took 0:00:10)"
+    assert eta.text(10, 10) == "ETA 0:00:00"
