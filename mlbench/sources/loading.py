@@ -15,6 +15,7 @@ import importlib
 import importlib.util
 import inspect
 import random
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,6 +177,33 @@ def resolve_factory(source: str, base_dir: Path) -> Any:
     return obj
 
 
+_UNEXPECTED_KEYWORD = re.compile(r"(?P<callee>[A-Za-z_][\w.]*)\(\) got an unexpected keyword argument '(?P<key>\w+)'")
+
+
+def keyword_hint(exc: BaseException) -> str:
+    """`; did you mean 'num_classes'?` for a TypeError naming a keyword its callee lacks, from the callee's
+    signature (the run may import what validate may not: a torchvision model's class, a factory's `**kwargs`
+    passed on), or ''."""
+    from mlbench.config.base import suggest
+
+    found = _UNEXPECTED_KEYWORD.match(str(exc)) if isinstance(exc, TypeError) else None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if found is None or tb is None:
+        return ""
+    head, *rest = found["callee"].split(".")
+    callee = tb.tb_frame.f_locals.get(head, tb.tb_frame.f_globals.get(head))  # where the call was written
+    for part in rest:
+        callee = getattr(callee, part, None)
+    try:
+        parameters = inspect.signature(callee).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    return suggest(found["key"], names)
+
+
 def _at(exc: BaseException, base_dir: Path) -> str:
     """`models.py:41 in forward: ` where the user's code raised `exc`, or '' when none of its frames is theirs."""
     frame = user_frame(exc)
@@ -213,7 +241,7 @@ def build_module(spec: ModelSpec, base_dir: Path) -> tuple[Any, str | None]:
             return factory(**spec.kwargs), None
         except Exception as exc:  # a user's factory runs here: anything it raises becomes one line
             raise ModelLoadError(f"building '{spec.source}' failed: {_at(exc, base_dir)}{type(exc).__name__}: "
-                                 f"{exc}") from exc
+                                 f"{exc}{keyword_hint(exc)}") from exc
     raise ModelLoadError(f"'{spec.source}' is neither a factory nor an nn.Module")
 
 

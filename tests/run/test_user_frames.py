@@ -108,3 +108,51 @@ def test_an_export_built_ahead_keeps_the_place_in_its_records(write_pipeline, tm
         assert record["error"] == ("model: model does not run on its inputs (x[1, 8]): models.py:13 in forward: "
                                    "RuntimeError: the shapes do not fit")
         assert record["details"]["error_at"] == {"file": str(tmp_path / "models.py"), "line": 13, "function": "forward"}
+
+
+FORWARDING = '''\
+import torch
+
+
+class Net(torch.nn.Module):
+    def __init__(self, num_classes: int = 4) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, num_classes)
+
+
+def make(**options):
+    return Net(**options)
+'''
+
+ONE_MODEL = """\
+version: 1
+name: keywords
+models:
+  - name: net
+    source: {source}
+    kwargs: {{num_class: 3}}
+    inputs: [{{name: x, shape: [1, 8]}}]
+targets:
+  - backend: torch
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("source, place", [
+    ("models.py:make", "models.py:11 in make: "),  # `**options` passed on: only the run can tell
+    ("torchvision:resnet18", ""),  # validate imports no torchvision; the run does
+])
+def test_a_keyword_the_factory_passes_on_to_a_class_that_lacks_it_gets_a_did_you_mean(write_pipeline, tmp_path,
+                                                                                      source, place):
+    from mlbench.sources.loading import ModelLoadError, build_module
+    from mlbench.validate import load_pipeline
+
+    if source.startswith("torchvision"):
+        pytest.importorskip("torchvision")
+    (tmp_path / "models.py").write_text(FORWARDING)
+    pipeline = load_pipeline(write_pipeline(ONE_MODEL.format(source=source)))  # validate lets it pass
+    with pytest.raises(ModelLoadError) as info:
+        build_module(pipeline.config.models[0], pipeline.base_dir)
+    callee = "Net" if source.startswith("models") else "ResNet"
+    assert str(info.value) == (f"building '{source}' failed: {place}TypeError: {callee}.__init__() got an "
+                               "unexpected keyword argument 'num_class'; did you mean 'num_classes'?")
