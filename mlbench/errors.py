@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import signal
 from pathlib import Path
@@ -124,6 +125,70 @@ def first_line(exc: BaseException | str, limit: int = 200, *, cause: bool = Fals
     if isinstance(exc, BaseException) and not first.startswith(type(exc).__name__):
         first = f"{type(exc).__name__}: {first}"
     return one_line(first, limit)
+
+
+def user_frame(exc: BaseException) -> tuple[str, int, str] | None:
+    """(file, line, function) of the innermost frame in the user's own files where `exc` (or, first, the
+    exceptions it was raised from) passed: the place a failing model is reported at, as a reader wants it
+    (`models.py:41 in forward`), not mlbench's or torch's frame that caught it. A file is the user's when it is
+    neither mlbench's, nor the standard library's, nor an installed package's."""
+    chain: list[BaseException] = []
+    while exc is not None and all(exc is not seen for seen in chain):
+        chain.append(exc)
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)  # type: ignore[assignment]
+    library = _library_roots()
+    for link in reversed(chain):  # the innermost exception first: where the trouble began
+        found = None
+        tb = link.__traceback__
+        while tb is not None:
+            code = tb.tb_frame.f_code
+            if not code.co_filename.startswith("<") and not code.co_filename.startswith(library):
+                found = (code.co_filename, tb.tb_lineno, code.co_name)
+            tb = tb.tb_next
+        if found is not None:
+            return found
+    return None
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """Folders whose files are never the user's: mlbench itself, the standard library, site-packages."""
+    import os
+    import site
+    import sysconfig
+
+    paths = {str(Path(__file__).resolve().parent)}
+    paths.update(p for key in ("stdlib", "platstdlib", "purelib", "platlib")
+                 if (p := sysconfig.get_paths().get(key)))
+    try:
+        paths.update(site.getsitepackages())
+        paths.add(site.getusersitepackages())
+    except AttributeError:  # a virtualenv's old site module
+        pass
+    roots = set()
+    for path in paths:
+        roots.update({path.rstrip(os.sep) + os.sep, os.path.realpath(path).rstrip(os.sep) + os.sep})
+    return tuple(sorted(roots))
+
+
+def frame_place(frame: tuple[str, int, str], base_dir: str | Path | None = None) -> str:
+    """`models.py:41 in forward`: the file relative to the pipeline's folder when it lies there (as the pipeline
+    names it), else in full."""
+    file, line, function = frame
+    if base_dir is not None:
+        try:
+            file = str(Path(file).resolve().relative_to(Path(base_dir).resolve()))
+        except (ValueError, OSError):
+            pass
+    return f"{_escaped_breaks(file)}:{line} in {function}"
+
+
+def located_error(exc: BaseException, base_dir: str | Path | None = None, limit: int = 300) -> str:
+    """`short_error`, led by the user's frame it was raised in when there is one:
+    `models.py:41 in forward: RuntimeError: shapes do not match`."""
+    frame = user_frame(exc)
+    text = short_error(exc, limit)
+    return f"{frame_place(frame, base_dir)}: {text}" if frame is not None else text
 
 
 SIGNAL_MEANING = {"SIGSEGV": "segmentation fault", "SIGBUS": "bus error", "SIGABRT": "abort",

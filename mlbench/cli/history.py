@@ -41,6 +41,10 @@ def cmd_history(args: argparse.Namespace) -> int:
     name = pipeline.config.name if pipeline is not None else args.name
     runs = list_runs(db, pipeline=name, model=args.model, limit=args.limit)
     series = metric_series(db, args.metric, pipeline=name, model=args.model, limit=args.limit) if runs else {}
+    if not series and info(args.metric) is None:  # a name no backend gives and no run holds: a typo, exit 2
+        from mlbench.errors import UserError
+
+        raise UserError(f"unknown metric '{args.metric}'{suggest(args.metric, known_names())}", where="--metric")
     if args.format == "json":
         print(json.dumps({
             "db": str(db), "metric": args.metric,
@@ -64,8 +68,7 @@ def cmd_history(args: argparse.Namespace) -> int:
     print("\n".join(_table(rows, right={5, 6, 7})))
 
     if not series:
-        hint = suggest(args.metric, known_names())
-        print(f"\nno figures of {args.metric} in these runs{hint}")
+        print(f"\nno figures of {args.metric} in these runs")  # a known name (an unknown one is refused above)
         return 0
     several = len({key.pipeline for key in series}) > 1
     rows = [[*(["pipeline"] if several else []), "variant", "runs", "first", "last", "change", "trend"]]

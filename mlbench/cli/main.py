@@ -123,17 +123,20 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     from mlbench.store.cache import format_size
 
     cache = _cache(args)
-    entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)
+    entries = sorted(cache.entries(), key=lambda e: e.last_used, reverse=True)  # by key among equals: stable
     label = lambda meta: printable(meta.get("label") or meta.get("key_inputs", {}).get("backend", "?"))  # noqa: E731
     if args.format == "json":
-        print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries), "entries": [
+        print(json.dumps({"root": str(cache.root), "total_bytes": sum(e.size_bytes for e in entries),
+                          "order": "last_used, newest first", "entries": [
             {"key": e.key, "size_bytes": e.size_bytes, "last_used": datetime.fromtimestamp(e.last_used).isoformat(
                 timespec="seconds"), "label": label(e.meta), "path": str(e.path)} for e in entries]}, indent=2))
         return 0
     for entry in entries:
         used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
         print(f"{entry.key[:12]}  {format_size(entry.size_bytes):>9}  used {used}  {label(entry.meta)}")
-    print(f"{len(entries)} entries, {format_size(sum(e.size_bytes for e in entries))} in {cache.root}")
+    order = " (most recently used first)" if len(entries) > 1 else ""
+    print(f"{len(entries)} {'entry' if len(entries) == 1 else 'entries'}, "
+          f"{format_size(sum(e.size_bytes for e in entries))} in {cache.root}{order}")
     return 0
 
 
@@ -181,6 +184,17 @@ def _kept(cache) -> str:
     """What a clear or prune left because a run is measuring it (the entry is pinned: `store/pins.py`)."""
     n = cache.pins.kept_in_use
     return f"; kept {n} {'entry' if n == 1 else 'entries'} a run is using" if n else ""
+
+
+def _count(text: str) -> int:
+    """A flag's count: a whole number, 0 or more (argparse says what else was given, exit 2)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
 
 
 def _inspectors() -> list:
@@ -281,7 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
                     + "; ".join(s.inspect.describe for s in inspectors) + ".")
     p.add_argument("path", metavar="PATH", help="an exported model file or folder")
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
-    p.add_argument("--max-layers", type=int, default=None, metavar="N", help="show at most N layers")
+    p.add_argument("--max-layers", type=_count, default=None, metavar="N",
+                   help="show at most N layers (0: only how many)")
     for spec in inspectors:
         load_attr(spec.inspect.configure)(p)
     p.set_defaults(func=cmd_inspect)

@@ -29,7 +29,9 @@ def render_placement_markdown(placement: Placement, *, title: str, max_ops: int 
               f"{basis.get(placement.cost_basis or '', 'nothing known')}.", ""]
     if placement.note:
         lines += [md_inline(placement.note), ""]
-    shown = placement.ops if max_ops is None else placement.ops[:max_ops]
+    shown = placement.ops if max_ops is None else placement.ops[:max(0, max_ops)]
+    if placement.ops and not shown:  # `inspect --max-layers 0`: the count, never an empty table
+        return "\n".join([*lines, f"{counted(len(placement.ops), 'operation')}, not listed (at most 0 asked for).", ""])
     lines += [f"<details><summary>Operations ({len(placement.ops)})</summary>", "",
               "| # | Op | Type | Device | Supported | Cost | Reason |", "|---:|---|---|---|---|---:|---|"]
     for i, op in enumerate(shown, 1):

@@ -43,7 +43,7 @@ from mlbench.compare.paired import (
 )
 from mlbench.compare.rules import Rule, default_rules, parse_rules
 from mlbench.config.pipeline_file import Pipeline
-from mlbench.errors import short_error
+from mlbench.errors import located_error
 from mlbench.machine import snapshot
 from mlbench.machine_load import load_between, sample
 from mlbench.matrix import Plan, Variant, expand
@@ -232,7 +232,7 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
             except VariantSkipped as exc:
                 problems[i] = ("skipped", str(exc))
             except Exception as exc:  # noqa: BLE001 - a side that cannot run fails its record, not the comparison
-                problems[i] = ("failed", short_error(exc))
+                problems[i] = ("failed", located_error(exc, side.pipeline.base_dir))
             if problems[i] is not None:
                 for timer in copies:
                     timer.close()
@@ -245,10 +245,10 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
             try:
                 blocks = interleave(a, b, settings, settled_for(rules, alpha))
             except Exception as exc:  # noqa: BLE001 - a call that fails mid-round fails both records
+                error = f"measure: {located_error(exc, sides[1].pipeline.base_dir)}"
                 for side, variant in zip(sides, variants):
-                    side.records[variant.id] = _record(variant, "failed", started, t0,
-                                                       error=f"measure: {short_error(exc)}")
-                return f"measure: {short_error(exc)}"
+                    side.records[variant.id] = _record(variant, "failed", started, t0, error=error)
+                return error
             for side, variant, side_blocks in zip(sides, variants, blocks):
                 side.records[variant.id] = _timed_record(variant, side_blocks, settings, started, t0)
             paired[variants[1].id] = _paired_changes(blocks, alpha)

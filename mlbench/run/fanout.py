@@ -47,6 +47,9 @@ def fan_out(pool: ChildPool, spec: WorkSpec, work: list[Work], limits_of: Callab
     if slots:
         pool.prestart(slots, limits_of(work[0].variant).memory_bytes)
 
+    def stage(subject: str, name: str) -> None:
+        events.put(("stage", subject, name))
+
     def slot() -> None:
         own: dict[str, float] = {}  # this thread's stage seconds, added up by the caller's thread
         try:
@@ -57,10 +60,9 @@ def fan_out(pool: ChildPool, spec: WorkSpec, work: list[Work], limits_of: Callab
                     break
                 limits = limits_of(item.variant)
                 if item.group is None:
-                    events.put(("exported", export_one(pool, spec, item.variant, limits, threads, own)))
+                    events.put(("exported", export_one(pool, spec, item.variant, limits, threads, own, stage)))
                     continue
-                for finished in measure_group(pool, spec, item.group, limits,
-                                              lambda subject, name: events.put(("stage", subject, name)),
+                for finished in measure_group(pool, spec, item.group, limits, stage,
                                               lambda variant: events.put(("started", variant)), own, threads):
                     events.put(("finished", finished))
         except BaseException as exc:  # noqa: BLE001 - a KeyboardInterrupt from a child, or a bug: the caller raises it

@@ -30,7 +30,7 @@ from mlbench.run.lock import ReportLock
 from mlbench.run.progress import Progress
 from mlbench.run.resume import fingerprint, resume
 from mlbench.run.signals import Stopped, signals_deferred
-from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now
+from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now, with_failure_details
 from mlbench.store.cache import ArtifactCache
 
 log = logging.getLogger("mlbench.run")
@@ -58,6 +58,7 @@ class Runner:
         self.cache = ArtifactCache(pipeline.cache_dir)
         self.journal = Journal(pipeline.report_dir / "journal.jsonl")
         self.resume = resume
+        self.resume_note: str | None = None  # what a resume reused, said once the progress starts
         self.retry_crashed = retry_crashed
         self.fingerprints = {v.id: fingerprint(self.config, v) for v in self.plan.variants}
         self.stage_seconds: dict[str, float] = {"load": 0.0, "export": 0.0, "measure": 0.0}
@@ -70,13 +71,16 @@ class Runner:
         self.built_keys: set[str] = set()  # artifacts this run built ahead of measuring them
         self.artifacts: dict[str, dict] = {}
         self.measure_load: tuple[LoadSample, LoadSample | None] | None = None  # the measurement phase's window
+        self.outcomes: dict[str, ExportOutcome] = {}  # by the first variant of the group an export was built for
+        self.group_of: dict[str, str] = {}  # variant id → its group's first variant id
 
     # -- bookkeeping -------------------------------------------------------------------------
 
     def _finish(self, finished: Finished) -> None:
         """Keep the record and write it to the journal (flushed) before anything else happens; a record
         that breaks the report schema is kept failed, with the schema error as its reason."""
-        finished.record = fit_record(finished.record)
+        first = self.group_of.get(finished.record.variant_id)
+        finished.record = fit_record(with_failure_details(finished.record, self.outcomes.get(first or "")))
         info = finished.record.artifact
         if info is not None and info.key in self.built_keys:  # found in the cache, but built by this run
             finished.record.artifact = info.model_copy(update={"cache_hit": False})
@@ -106,6 +110,8 @@ class Runner:
         found = resume(contents, self.plan.variants, self.config, self.pipeline.sha256,
                        retry_crashed=self.retry_crashed)
         self.records.update(found.kept)
+        self.resume_note = (f"resuming: {len(found.kept)} finished record{'s' if len(found.kept) != 1 else ''} "
+                            f"reused from {self.journal.path}")
         self.artifacts.update(contents.artifacts)
         self.journal.resumed({"at": utc_now(), "reused": len(self.records), "pipeline_sha256": self.pipeline.sha256})
         if found.changed:
@@ -172,7 +178,10 @@ class Runner:
             self.cache.clean_stale_builds()
         todo = [v for v in self.plan.variants if v.id not in self.records]
         groups = Plan(todo).artifact_groups()
+        self.group_of = {v.id: group[0].id for group in groups for v in group}
         executor = self._executor()
+        if self.resume_note:
+            self.progress.note(self.resume_note)
         self.progress.start(len(self.plan.variants), done=len(self.records))
         try:
             work = self._first_phase(executor, groups)
@@ -183,6 +192,7 @@ class Runner:
             def exported(outcome: ExportOutcome) -> None:
                 if outcome.failure:
                     failures[outcome.variant_id] = outcome.failure
+                    self.outcomes[outcome.variant_id] = outcome
                 if outcome.built_key:
                     self.built_keys.add(outcome.built_key)
                 self.progress.stage(outcome.variant_id, "exported")

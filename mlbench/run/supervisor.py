@@ -98,10 +98,11 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
 
 
 def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimits, threads: int | None,
-               seconds: dict[str, float]) -> ExportOutcome:
+               seconds: dict[str, float], on_stage: Callable[[str, str], None] | None = None) -> ExportOutcome:
     """Build one artifact in a child of `pool`; a child that dies or runs past `limits.export_s` fails
     this export only (the child is discarded, the next request gets a fresh one), and when that
-    happens while loading the model, the model's other artifacts are not tried."""
+    happens while loading the model, the model's other artifacts are not tried. `on_stage(subject, name)`:
+    the child's stages as they begin (a CI log shows them)."""
     known = pool.load_failures.get(variant.model)
     if known is not None:
         return ExportOutcome(variant.id, failure=known)
@@ -122,6 +123,8 @@ def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimit
                 continue
             if message[0] == "stage":
                 doing = LOADING if message[2] == "load" else f"while exporting {variant.artifact_id}"
+                if on_stage is not None:
+                    on_stage(message[1], message[2])
                 continue
             outcome = _export_reply(message, variant, limits, seconds)
             pool.release(child)

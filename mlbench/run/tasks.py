@@ -23,7 +23,7 @@ from typing import Any
 
 from mlbench.backends.base import Backend, VariantSkipped, generation_unsupported
 from mlbench.config.pipeline import PipelineConfig
-from mlbench.errors import one_line, short_error
+from mlbench.errors import located_error, one_line, user_frame
 from mlbench.matrix import Variant
 from mlbench.plugins.registry import backend_class
 from mlbench.records import RunRecord
@@ -120,10 +120,27 @@ def failed_record(variant: Variant, status: str, error: str, *, started: str | N
     return _record(variant, status, started or utc_now(), time.perf_counter() if t0 is None else t0, error=error)
 
 
-def _model_failure(exc: BaseException) -> str:
+def _model_failure(exc: BaseException, base_dir: Path) -> str:
     from mlbench.sources.loading import ModelLoadError
 
-    return f"model: {exc if isinstance(exc, ModelLoadError) else short_error(exc)}"
+    return f"model: {exc if isinstance(exc, ModelLoadError) else located_error(exc, base_dir)}"
+
+
+def failure_fields(stage: str, exc: BaseException, base_dir: Path) -> dict[str, Any]:
+    """A failed record's error (`measure: models.py:41 in forward: RuntimeError: ...`) and, in its details,
+    the user's frame it was raised in in full (`error_at`: file, line, function), when one of them is theirs."""
+    error = _model_failure(exc, base_dir) if stage == "model" else f"{stage}: {located_error(exc, base_dir)}"
+    frame = user_frame(exc)
+    details = {"error_at": {"file": frame[0], "line": frame[1], "function": frame[2]}} if frame else {}
+    return {"error": error, "details": details}
+
+
+def with_failure_details(record: RunRecord, outcome: ExportOutcome | None) -> RunRecord:
+    """`record`, failed by an export built ahead of it (`outcome`), with that failure's details (`error_at`)."""
+    if outcome is not None and outcome.details and record.status == "failed" \
+            and record.error == one_line(outcome.failure or "", limit=1000):  # as `_record` keeps it
+        record.details = {**outcome.details, **record.details}
+    return record
 
 
 @dataclass(frozen=True)
@@ -133,6 +150,7 @@ class ExportOutcome:
     variant_id: str
     failure: str | None = None
     built_key: str | None = None  # set when this call built the entry (a cache miss)
+    details: dict[str, Any] = field(default_factory=dict)  # a failure's `error_at`, for its variants' records
 
 
 def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) -> ExportOutcome:
@@ -145,7 +163,8 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
         stage(variant.model, "load")
         model = ctx.model(variant.model)
     except Exception as exc:  # noqa: BLE001 - reported with the variants
-        return ExportOutcome(variant.id, failure=_model_failure(exc))
+        fields = failure_fields("model", exc, ctx.base_dir)
+        return ExportOutcome(variant.id, failure=fields["error"], details=fields["details"])
     try:
         stage(variant.artifact_id, "export")
         with ctx.timed("export"):
@@ -153,7 +172,8 @@ def export_artifact(ctx: WorkContext, variant: Variant, on_stage: Any = None) ->
     except VariantSkipped:
         return ExportOutcome(variant.id)  # measurement will say why
     except Exception as exc:  # noqa: BLE001
-        return ExportOutcome(variant.id, failure=f"export: {short_error(exc)}")
+        fields = failure_fields("export", exc, ctx.base_dir)
+        return ExportOutcome(variant.id, failure=fields["error"], details=fields["details"])
     info = exported.info
     ctx.cache.release_pins()  # measured later, by a child that finds (and pins) it again
     return ExportOutcome(variant.id, built_key=info.key if info is not None and not info.cache_hit else None)
@@ -178,7 +198,7 @@ def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
         model = ctx.model(first.model)
     except Exception as exc:  # noqa: BLE001 - a model that can't be built fails its variants only
         for variant in group:
-            yield Finished(_record(variant, "failed", started, t0, error=_model_failure(exc)))
+            yield Finished(_record(variant, "failed", started, t0, **failure_fields("model", exc, ctx.base_dir)))
         return
     backend = ctx.backend(first)
     stage(first.artifact_id, "export")
@@ -191,7 +211,7 @@ def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
         return
     except Exception as exc:  # noqa: BLE001 - a failed export fails its variants, not the sweep
         for variant in group:
-            yield Finished(_record(variant, "failed", started, t0, error=f"export: {short_error(exc)}"))
+            yield Finished(_record(variant, "failed", started, t0, **failure_fields("export", exc, ctx.base_dir)))
         return
     artifact = (exported.info.key, exported.details) if exported.info is not None and exported.details else None
     try:
@@ -212,7 +232,7 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
     except VariantSkipped as exc:
         return _record(variant, "skipped", started, t0, error=str(exc), **common)
     except Exception as exc:  # noqa: BLE001
-        return _record(variant, "failed", started, t0, error=f"measure: {short_error(exc)}", **common)
+        return _record(variant, "failed", started, t0, **failure_fields("measure", exc, ctx.base_dir), **common)
     status, error = "ok", None
     if result.verify is not None and not result.verify.passed:
         status = "failed"

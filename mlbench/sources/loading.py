@@ -15,12 +15,13 @@ import importlib
 import importlib.util
 import inspect
 import random
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlbench.errors import first_line
+from mlbench.errors import first_line, frame_place, user_frame
 from mlbench.sources.errors import ModelLoadError
 from mlbench.sources.inputs import InputMaker
 from mlbench.store.hashing import sha256_file
@@ -161,18 +162,52 @@ def resolve_factory(source: str, base_dir: Path) -> Any:
                 spec.loader.exec_module(module)
             except Exception as exc:  # a user's module runs here: anything it raises becomes one line
                 del sys.modules[name]
-                raise ModelLoadError(f"cannot import {path.name}: {type(exc).__name__}: {exc}") from exc
+                raise ModelLoadError(f"cannot import {path.name}: {_at(exc, base_dir)}{type(exc).__name__}: "
+                                     f"{exc}") from exc
     else:
         try:
             module = importlib.import_module(kind)
         except Exception as exc:  # a user's module runs here: anything it raises becomes one line
-            raise ModelLoadError(f"cannot import '{kind}': {type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(f"cannot import '{kind}': {_at(exc, base_dir)}{type(exc).__name__}: {exc}") from exc
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise ModelLoadError(f"'{kind}' has no attribute '{attr}'")
         obj = getattr(obj, part)
     return obj
+
+
+_UNEXPECTED_KEYWORD = re.compile(r"(?P<callee>[A-Za-z_][\w.]*)\(\) got an unexpected keyword argument '(?P<key>\w+)'")
+
+
+def keyword_hint(exc: BaseException) -> str:
+    """`; did you mean 'num_classes'?` for a TypeError naming a keyword its callee lacks, from the callee's
+    signature (the run may import what validate may not: a torchvision model's class, a factory's `**kwargs`
+    passed on), or ''."""
+    from mlbench.config.base import suggest
+
+    found = _UNEXPECTED_KEYWORD.match(str(exc)) if isinstance(exc, TypeError) else None
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if found is None or tb is None:
+        return ""
+    head, *rest = found["callee"].split(".")
+    callee = tb.tb_frame.f_locals.get(head, tb.tb_frame.f_globals.get(head))  # where the call was written
+    for part in rest:
+        callee = getattr(callee, part, None)
+    try:
+        parameters = inspect.signature(callee).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return ""
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"]
+    return suggest(found["key"], names)
+
+
+def _at(exc: BaseException, base_dir: Path) -> str:
+    """`models.py:41 in forward: ` where the user's code raised `exc`, or '' when none of its frames is theirs."""
+    frame = user_frame(exc)
+    return f"{frame_place(frame, base_dir)}: " if frame is not None else ""
 
 
 def make_inputs(spec: ModelSpec, seed: int, base_dir: Path | None = None) -> list[torch.Tensor]:
@@ -205,7 +240,8 @@ def build_module(spec: ModelSpec, base_dir: Path) -> tuple[Any, str | None]:
         try:
             return factory(**spec.kwargs), None
         except Exception as exc:  # a user's factory runs here: anything it raises becomes one line
-            raise ModelLoadError(f"building '{spec.source}' failed: {type(exc).__name__}: {exc}") from exc
+            raise ModelLoadError(f"building '{spec.source}' failed: {_at(exc, base_dir)}{type(exc).__name__}: "
+                                 f"{exc}{keyword_hint(exc)}") from exc
     raise ModelLoadError(f"'{spec.source}' is neither a factory nor an nn.Module")
 
 
@@ -238,7 +274,8 @@ def load_model(spec: ModelSpec, seed: int, base_dir: Path) -> LoadedModel:
             output = module(**dict(zip(names, inputs)), **options) if spec.keyword_inputs else module(*inputs)
     except Exception as exc:  # a user's model runs here: anything it raises becomes one line
         shapes = ", ".join(f"{i.name}{i.default_shape}" for i in spec.inputs)
-        raise ModelLoadError(f"model does not run on its inputs ({shapes}): {first_line(exc, 1000)}") from exc
+        raise ModelLoadError(f"model does not run on its inputs ({shapes}): "
+                             f"{_at(exc, base_dir)}{first_line(exc, 1000)}") from exc
     reference = [(name, t.detach().float().cpu().numpy()) for name, t in flatten_outputs(output)]
     if needs_binding(output, spec.keyword_inputs):
         module = BoundModule(module, names if spec.keyword_inputs else None, options).eval()

@@ -85,8 +85,11 @@ def _check_references(config: PipelineConfig, loaded: Any, on_disk: bool = True)
         if include.model not in model_names:
             error(("include", i, "model"), f"unknown model '{include.model}'{suggest(include.model, model_names)}")
     base_dir = Path(loaded.path).parent
-    for loc, what in check_models(config, base_dir) + (check_sources(config, base_dir) if on_disk else []):
+    sources, keys = check_sources(config, base_dir) if on_disk else ([], [])
+    for loc, what in check_models(config, base_dir) + sources:
         error(loc, what)
+    for loc, what in keys:
+        error(loc, what, key=True)
     for loc, what in verify_keys(config):
         error(loc, what, key=True)
     for loc, what in _gate_problems(config):

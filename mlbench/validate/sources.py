@@ -1,7 +1,8 @@
 """What `validate` can tell about a model's code source without running it or importing an ML framework:
 a `pkg.module:attr` module can be found (`importlib` finders, nothing imported: the parent packages are
 walked by their search paths), and a `file.py:attr` file exists and defines that name at its top level
-(read with `ast`, never executed). The same holds for a module source whose module is a plain `.py` file.
+(read with `ast`, never executed), and the kwargs given to that factory are parameters it has (`signatures`).
+The same holds for a module source whose module is a plain `.py` file.
 
 Each check gives (place, message) pairs; `load` turns them into FILE:LINE:COL lines.
 """
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlbench.config.base import suggest
+from mlbench.validate.signatures import keyword_problems
 
 if TYPE_CHECKING:
     from mlbench.config.pipeline import PipelineConfig
@@ -26,17 +28,26 @@ Problem = tuple[tuple[str | int, ...], str]
 MAX_SOURCE_BYTES = 5_000_000  # past this a model file is read by the run, not parsed by validate
 
 
-def check_sources(config: PipelineConfig, base_dir: Path) -> list[Problem]:
+def check_sources(config: PipelineConfig, base_dir: Path) -> tuple[list[Problem], list[Problem]]:
+    """(problems of the sources, problems of the kwargs keys given to their factories: placed at the key)."""
     problems: list[Problem] = []
+    keys: list[Problem] = []
     for m, spec in enumerate(config.models):
         if spec.source_kind not in ("file", "module") or spec.source is None:
             continue
         where: tuple[str | int, ...] = ("models", m, "source")
         module, _, attr = spec.source.rpartition(":")
-        what = _file_problem(base_dir, module, attr) if spec.source_kind == "file" else _module_problem(module, attr)
+        path: Path | None
+        if spec.source_kind == "file":
+            what, path = _file_problem(base_dir, module, attr), (base_dir / module).resolve()
+        else:
+            what, path = _module_problem(module, attr)
         if what is not None:
             problems.append((where, what))
-    return problems
+        elif path is not None:
+            keys.extend((("models", m, "kwargs", key), message)
+                        for key, message in keyword_problems(path, attr, spec.kwargs))
+    return problems, keys
 
 
 def _file_problem(base_dir: Path, name: str, attr: str) -> str | None:
@@ -115,26 +126,27 @@ def _search_path() -> list[str]:
     return [cwd, *(p for p in sys.path if p and os.path.abspath(p) != cwd)]
 
 
-def _module_problem(name: str, attr: str) -> str | None:
+def _module_problem(name: str, attr: str) -> tuple[str | None, Path | None]:
+    """Why the module source `name:attr` cannot be found, and the plain `.py` file it is in when one is."""
     parts = name.split(".")
     spec = _top_level_spec(parts[0])
     if spec is None:
         known = [m.name for m in pkgutil.iter_modules(_search_path())]
         return (f"no module named '{parts[0]}' in the current folder or on the Python path"
-                f"{suggest(parts[0], known)}")
+                f"{suggest(parts[0], known)}"), None
     for depth in range(1, len(parts)):
         package = ".".join(parts[:depth])
         locations = list(spec.submodule_search_locations or [])
         if not locations:
-            return f"'{package}' is a module, not a package: it has no '{parts[depth]}'"
+            return f"'{package}' is a module, not a package: it has no '{parts[depth]}'", None
         spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), locations)
         if spec is None:
             known = [m.name for m in pkgutil.iter_modules(locations)]
-            return f"package '{package}' has no module '{parts[depth]}'{suggest(parts[depth], known)}"
+            return f"package '{package}' has no module '{parts[depth]}'{suggest(parts[depth], known)}", None
     origin = spec.origin
     if origin and origin.endswith(".py") and os.path.isfile(origin):
-        return _definition_problem(Path(origin), attr)
-    return None
+        return _definition_problem(Path(origin), attr), Path(origin)
+    return None, None
 
 
 def _top_level_spec(name: str) -> importlib.machinery.ModuleSpec | None:

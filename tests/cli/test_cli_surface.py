@@ -101,6 +101,32 @@ def test_cache_ls_as_json(tmp_path, capsys):
     assert entry["key"] == key and entry["size_bytes"] == 10 and entry["label"] == "toy"
 
 
+def test_cache_ls_lists_the_most_recently_used_first_and_says_so(tmp_path, capsys):
+    import os
+    from datetime import datetime
+
+    from mlbench.store.cache import ArtifactCache, BuildResult
+
+    def build(folder):
+        (folder / "model.bin").write_bytes(b"x" * 10)
+        return BuildResult("model.bin")
+
+    cache = ArtifactCache(tmp_path / "cache")
+    used = {"aa" * 32: 1_700_000_000, "bb" * 32: 1_700_300_000, "cc" * 32: 1_700_100_000}
+    for key, when in used.items():
+        cache.get_or_build(key, {"backend": key[:2]}, build)
+        os.utime(cache.root / key[:2] / key / "meta.json", (when, when))  # a lookup's mark: meta.json's mtime
+    assert main(["cache", "ls", "--dir", str(tmp_path / "cache")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    stamp = lambda key: datetime.fromtimestamp(used[key]).strftime("%Y-%m-%d %H:%M")  # noqa: E731
+    newest_first = ("bb" * 32, "cc" * 32, "aa" * 32)
+    assert lines == [*(f"{key[:12]}       10 B  used {stamp(key)}  {key[:2]}" for key in newest_first),
+                     f"3 entries, 30 B in {tmp_path / 'cache'} (most recently used first)"]
+    assert main(["cache", "ls", "--dir", str(tmp_path / "cache"), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["order"] == "last_used, newest first" and [e["label"] for e in out["entries"]] == ["bb", "cc", "aa"]
+
+
 def _history_with_three_pipelines(tmp_path):
     """The same variant id in three pipelines, two runs each: three trends, not one."""
     db = tmp_path / "h.sqlite"

@@ -158,7 +158,7 @@ def test_a_model_s_error_is_shown_not_obeyed_in_a_real_run(write_pipeline, tmp_p
     assert main(["run", "--jobs", "1", str(path)]) == 1
     err = capsys.readouterr().err
     # the error's first line (a CR ends a line): shown, not obeyed
-    assert "\x1b" not in err and f"failed  measure: RuntimeError: {MARKDOWN} \\x1b[2J\\x1b[H\n" in err
+    assert "\x1b" not in err and f"failed  measure: hostile.py:16 in forward: RuntimeError: {MARKDOWN} \\x1b[2J\\x1b[H\n" in err
     markdown = (tmp_path / "out" / "report.md").read_text()
     html = (tmp_path / "out" / "report.html").read_text()
     assert "\x1b" not in markdown and "\x1b" not in html and "\\x1b[2J\\x1b[H" in html

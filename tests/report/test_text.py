@@ -53,6 +53,8 @@ def test_placement_quotes_op_names_and_reasons():
     assert text.startswith("### T \\| &lt;i> (estimated: mlbench rules)")
     assert "a &lt;script> note over lines" in text
     assert "| 1 | op\\|1 | conv\\` | cpu |  | – | why &lt;b>\\|&lt;/b> |" in text
+    none = render_placement_markdown(placement, title="T", max_ops=0)  # `inspect --max-layers 0`
+    assert none.endswith("\n1 operation, not listed (at most 0 asked for).\n") and "| # | Op |" not in none
 
 
 def test_a_comparison_quotes_paths_machines_and_labels():

@@ -55,8 +55,10 @@ report: {{dir: out}}
 history: {{enabled: false}}
 """
 
+NOISY_AT = f"{ROOT}/tests/faulty_models.py:46 in _raise"  # the user's innermost frame, outside the pipeline's folder
 MEMORY = "out of memory: over the limit of 3 GB (limits.memory_gb, peak resident memory seen "
-MEMORY_TAIL = r"\d+\.\d [kMG]B\); {stage}: RuntimeError: \[enforce fail at alloc_cpu\.cpp:"
+MEMORY_TAIL = (r"\d+\.\d [kMG]B\); {stage}: " + re.escape(f"{ROOT}/tests/faulty_models.py:")
+               + r"\d+ in _allocate: RuntimeError: \[enforce fail at alloc_cpu\.cpp:")
 EXPECTED = {
     "good/torch/cpu/float32": ("ok", None),
     "good/onnxruntime/float32/cpu": ("ok", None),
@@ -68,7 +70,7 @@ EXPECTED = {
                                                 "exits/onnxruntime/float32"),
     "hangs/torch/cpu/float32": ("failed", "timed out after 5 s while measuring (limits.measure_s)"),
     "hog/torch/cpu/float32": ("failed", MEMORY.format(stage="measure")),
-    "noisy/torch/cpu/float32": ("failed", "measure: ValueError: first line | with a pipe"),
+    "noisy/torch/cpu/float32": ("failed", f"measure: {NOISY_AT}: ValueError: first line | with a pipe"),
 }
 
 
@@ -102,11 +104,12 @@ def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, c
     hog = outcomes(_report(tmp_path))["hog/torch/cpu/float32"][1]
     assert re.match(re.escape(MEMORY) + MEMORY_TAIL.format(stage="measure"), hog), hog  # the peak the child saw
     noisy = outcomes(_report(tmp_path))["noisy/torch/cpu/float32"][1]
-    assert noisy == "measure: ValueError: first line | with a pipe"  # one line, never the second
+    assert noisy == f"measure: {NOISY_AT}: ValueError: first line | with a pipe"  # one line, never the second
     markdown = (tmp_path / "out" / "report.md").read_text()
-    assert "| `torch/cpu/float32` | **failed** | measure: ValueError: first line \\| with a pipe |" in (
+    noisy_md = NOISY_AT.replace(" _", " \\_")  # Markdown's emphasis escaped where it could open
+    assert f"| `torch/cpu/float32` | **failed** | measure: {noisy_md}: ValueError: first line \\| with a pipe |" in (
         markdown.split("### noisy")[1])  # the PR-width table drops the empty columns
-    assert "| measure: ValueError: first line \\| with a pipe |" in markdown and "<b>" not in markdown
+    assert f"| measure: {noisy_md}: ValueError: first line \\| with a pipe |" in markdown and "<b>" not in markdown
 
 
 @pytest.mark.timeout(300)

@@ -34,7 +34,7 @@ targets:"""
     assert main(["run", str(path)]) == 1  # some variants failed
     err = capsys.readouterr().err
     assert "[1/6] tiny_cnn/torch/cpu/float32  ok  median" in err
-    assert "6 variants" not in err and "2 ok, 4 failed; reports in" in err
+    assert err.startswith("6 variants to run\n") and "2 ok, 4 failed; reports in" in err
 
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     jsonschema.validate(data, report_schema())
@@ -48,10 +48,12 @@ targets:"""
     assert bf16["verify"]["reference"] == "torch/cpu/float32" and bf16["verify"]["passed"]
     assert 0 < bf16["verify"]["max_rel"] < 5e-2
     assert records["missing_module/torch/cpu/float32"]["error"] == (
-        "model: cannot import broken_import.py: ModuleNotFoundError: No module named 'no_such_package'"
+        "model: cannot import broken_import.py: broken_import.py:1 in <module>: ModuleNotFoundError: No module "
+        "named 'no_such_package'"
     )
     assert records["wrong_shape/torch/cpu/bfloat16"]["error"].startswith(
-        "model: model does not run on its inputs (image[1, 5, 32, 32]): RuntimeError: ")
+        f"model: model does not run on its inputs (image[1, 5, 32, 32]): {ROOT}/pipelines/models/tiny_cnn.py:25 in forward: "
+        "RuntimeError: ")
     assert data["summary"] == {"ok": 2, "failed": 4, "skipped": 0}
     assert data["machine"]["packages"]["torch"]
     # the measuring child's start (interpreter and imports) is its own stage, not hidden in the others

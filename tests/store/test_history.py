@@ -143,8 +143,10 @@ def test_every_run_is_recorded_and_listed(tiny_with_history, tmp_path, capsys):
 
     assert main(["history", "--db", str(db), "--model", "nope"]) == 0
     assert capsys.readouterr().out == f"no runs with model nope in {db}\n"
-    assert main(["history", "--db", str(db), "--metric", "latency.medain"]) == 0
-    assert "no figures of latency.medain in these runs; did you mean 'latency.median'?" in capsys.readouterr().out
+    assert main(["history", "--db", str(db), "--metric", "latency.medain"]) == 2  # a typo: nothing printed but why
+    assert capsys.readouterr() == ("", "--metric: unknown metric 'latency.medain'; did you mean 'latency.median'?\n")
+    assert main(["history", "--db", str(db), "--metric", "tokens_per_s.decode"]) == 0  # known, no run has it
+    assert "\nno figures of tokens_per_s.decode in these runs\n" in capsys.readouterr().out
     assert main(["history", "--db", str(tmp_path / "missing.sqlite")]) == 2
     assert capsys.readouterr().err == f"{tmp_path / 'missing.sqlite'}: no run history here yet (runs are recorded by `mlbench run`)\n"
 

@@ -40,7 +40,9 @@ def render_layers_markdown(rows: list[dict[str, Any]], *, max_rows: int | None =
 
     if not rows:
         return []
-    shown = rows if max_rows is None else rows[:max_rows]
+    shown = rows if max_rows is None else rows[:max(0, max_rows)]
+    if not shown:  # `inspect --max-layers 0`: the count, never an empty table
+        return [f"{len(rows):,} ops as written in the IR, not listed (at most 0 asked for)."]
     several = len({row["function"] for row in rows}) > 1
     lines = [f"Ops as written in the IR ({len(rows)}; FLOPs and bytes by Core ML's cost model where the op maps onto "
              "a Core ML op; origin from the asset's debug info):", "",

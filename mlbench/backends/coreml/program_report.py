@@ -113,8 +113,10 @@ def render_program_markdown(
         lines += [f"- {note}" for note in a.notes]
         lines.append("")
 
-    if a.layers:
-        shown = a.layers if max_layers is None else a.layers[: max(0, max_layers)]
+    shown = a.layers if max_layers is None else a.layers[: max(0, max_layers)]
+    if a.layers and not shown:  # `inspect --max-layers 0`: the count, never an empty table
+        lines += [f"{len(a.layers):,} layers, not listed (at most 0 asked for).", ""]
+    elif a.layers:
         lines += [f"<details><summary>Layers ({len(a.layers):,})</summary>", ""]
         lines += ["| # | Op | Type | Dtype | Output shape | MACs | FLOPs | Bytes | Weights |",
                   "|---:|---|---|---|---|---:|---:|---:|---|"]

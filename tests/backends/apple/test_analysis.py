@@ -294,6 +294,9 @@ def test_render_program_markdown(analyses):
     short = render_program_markdown(a, max_layers=2)
     assert short.startswith(f"### {a.path}")
     assert "| 3 | " not in short and "7 more layers not shown" in short
+    none = render_program_markdown(a, max_layers=0)  # `inspect --max-layers 0`: the count, no empty table
+    assert "9 layers, not listed (at most 0 asked for)." in none and "| # | Op |" not in none
+    assert "<details><summary>Layers" not in none
 
     nn_md = render_program_markdown(analyses["nn.mlmodel"])
     assert "| Precision | UNKNOWN |" in nn_md and "| MACs (estimated) | n/a |" in nn_md

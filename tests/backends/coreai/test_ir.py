@@ -116,3 +116,6 @@ def test_inspect_prints_the_per_op_table_with_origins(assets, capsys):
     assert f"| `broadcasting_add` | {summary['broadcasting_add']} | {written['broadcasting_add']} |" in out
     assert main(["inspect", str(assets["plain"]), "--max-layers", "2"]) == 0
     assert "… 8 more ops not shown." in capsys.readouterr().out
+    assert main(["inspect", str(assets["plain"]), "--max-layers", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "\n10 ops as written in the IR, not listed (at most 0 asked for).\n" in out and "| Torch node |" not in out

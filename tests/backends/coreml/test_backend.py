@@ -206,7 +206,7 @@ def test_cache_commands(write_pipeline, tmp_path, capsys):
     used = datetime.fromtimestamp(entry.last_used).strftime("%Y-%m-%d %H:%M")
     assert main(["cache", "ls", "--dir", cache_dir]) == 0
     assert capsys.readouterr().out == (f"{entry.key[:12]}  {size:>9}  used {used}  tiny/coreml/float16/none\n"
-                                       f"1 entries, {size} in {cache_dir}\n")
+                                       f"1 entry, {size} in {cache_dir}\n")
     key = entry.key[:12]
     assert main(["cache", "info", key, "--dir", cache_dir]) == 0
     info = json.loads(capsys.readouterr().out)
