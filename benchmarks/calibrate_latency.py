@@ -2,15 +2,20 @@
 
     PYTHONPATH=. python benchmarks/calibrate_latency.py [--write] [--rows CSV]
 
-Each row of benchmarks/calibration/coreml_latency.csv (the only figures the model may be fitted to)
-is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
+Each prediction-latency row of ../shared/calibration/ (coreml_latency.csv and published_apple.csv, the only
+figures the model may be fitted to; diffusion, generation and load-time rows are left out and counted, and a
+float16 baseline printed on three pages is one row) is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
 and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
 mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
 (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
 fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows uses one set of parameters pooled over every row (`fit.parameters`, round 2's
-structure), and its band is leave-one-chip-out. A parameter is fitted only where
+A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation,
+scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
+leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
+(palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
+the compressed rows' leave-one-out. Pairwise order agreement counts pairs of rows of one model on one chip
+from one page. A parameter is fitted only where
 the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
 leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
 Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from calibration_models import ROWS_PATH, Row, analysis_for, load_rows
+from calibration_models import ROWS_PATH, Row, analysis_for, load_all, load_rows
 
 from mlbench.backends.apple.calibration.fitting import (
     Case,
@@ -44,6 +50,7 @@ from mlbench.backends.apple.calibration.fitting import (
 )
 from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
+from mlbench.backends.apple.calibration.profile import transfer_donor
 from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
 from mlbench.backends.apple.placement import estimate_placement
 
@@ -55,7 +62,7 @@ __all__ = ["PRIORS", "Row", "case_for", "decidable", "fit", "main", "parameters"
 def case_for(row: Row, analysis, placement) -> Case:
     return Case(label=row.label, group=f"{row.chip} {row.os}".strip(), chip=builtin_chips()[row.chip],
                 analysis=analysis, placement=placement, measured_ms=row.latency_ms, model=row.model,
-                compute_units=row.compute_units, precision=row.precision)
+                compute_units=row.compute_units, precision=row.variant or row.precision)
 
 
 def decidable(cases: list[Case]) -> list[str]:
@@ -73,41 +80,89 @@ def pooled(cases: list[Case]) -> dict[str, float]:
     return calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, leave_one_out=False).values
 
 
-def leave_one_chip_out(cases: list[Case]) -> list[float]:
-    """Each chip's rows predicted by the pooled fit of the other chips' rows: what a chip without rows gets."""
-    ratios = []
+def transfer_values(values: dict[str, float], group: str, donor_group: str) -> dict[str, float]:
+    """`values` with `group`'s fixed and Neural Engine dispatch costs carried from `donor_group`, scaled by the
+    two chips' published Neural Engine peaks (what an estimate on a chip without rows does, profile.transferred)."""
+    chips = builtin_chips()
+    scale = chips[donor_group.split()[0]].neural_engine.flops_fp16 / chips[group.split()[0]].neural_engine.flops_fp16
+    out = dict(values)
+    for name in ("fixed_ms", "dispatch_ms.neural_engine"):
+        out[f"{name}@{group}"] = values.get(f"{name}@{donor_group}", values[name]) * scale
+    return out
+
+
+def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
+    """Each chip's rows predicted by a fit of the other chips' rows, its fixed and per-op costs carried from the
+    nearest calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios and, per chip,
+    which chip its costs came from."""
+    ratios, how = [], []
     for group in sorted({c.group for c in cases}):
-        values = pooled([c for c in cases if c.group != group])
-        ratios += [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
-    return ratios
+        rest = [c for c in cases if c.group != group]
+        values = calibrate_cases(rest, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True,
+                                 leave_one_out=False).values
+        groups = {c.group.split()[0]: c.group for c in rest}
+        donor = transfer_donor(group.split()[0], sorted(groups), builtin_chips())
+        if donor is not None:
+            values = transfer_values(values, group, groups[donor])
+        mine = [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
+        ratios += mine
+        how.append(f"{group} from {groups[donor] if donor else 'the shared parameters'}: median "
+                   f"×{statistics.median(folded(r) for r in mine):.2f}, worst ×{max(folded(r) for r in mine):.2f}")
+    return ratios, how
+
+
+def order_agreement(cases: list[Case], sources: list[str], estimates: list[float],
+                    threshold: float = 1.1) -> tuple[int, int, int, int]:
+    """Pairs of rows of one model on one chip from one source: (pairs whose published figures differ by
+    `threshold` or more, of them ordered alike by the estimate, all pairs, all ordered alike or tied alike)."""
+    decisive = agree = total = agree_all = 0
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            a, b = cases[i], cases[j]
+            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
+                continue
+            total += 1
+            pub = a.measured_ms / b.measured_ms
+            est = estimates[i] / estimates[j]
+            same = (pub > 1) == (est > 1) if pub != 1 else abs(math.log(est)) < math.log(threshold)
+            agree_all += same
+            if max(pub, 1 / pub) >= threshold:
+                decisive += 1
+                agree += (pub > 1) == (est > 1)
+    return decisive, agree, total, agree_all
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=Path, default=ROWS_PATH)
+    ap.add_argument("--rows", type=Path, default=None,
+                    help=f"one CSV in {ROWS_PATH.name}'s format (default: both files of the calibration folder)")
     ap.add_argument("--write", action="store_true", help="store the fit in chips.yaml")
     args = ap.parse_args(argv)
 
-    cases, left_out = [], []
-    for row in load_rows(args.rows):
+    cases, left_out, sources = [], [], []
+    rows_in, skipped = (load_rows(args.rows), []) if args.rows else load_all()
+    left_out += skipped
+    for row in rows_in:
         try:
             analysis = analysis_for(row)
         except Exception as exc:  # noqa: BLE001 - a model that does not export is recorded, the rest fit
             left_out.append(f"{row.label}: export failed ({type(exc).__name__}: {str(exc)[:160]})")
             continue
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
+        sources.append(row.source.split(":")[-1])
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)
-    uncalibrated = [folded(r) for r in leave_one_chip_out(cases)]
+    loco, loco_how = leave_one_chip_out(cases)
+    uncalibrated = [folded(r) for r in loco]
 
     rows = []
-    print(f"{'row':<40} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
+    print(f"{'row':<44} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
     for case, ratio, loo_ratio in zip(cases, result.ratios, result.loo):
         est = ratio * case.measured_ms
         shares = "/".join(str(sum(op.device == d for op in case.placement.ops)) for d in DEVICES)
         loo_text = f"{loo_ratio:>6.2f}" if loo_ratio is not None else f"{'-':>6}"
-        print(f"{case.label:<40} {case.measured_ms:>9.2f} {est:>9.2f} {ratio:>6.2f} {loo_text}  {shares}")
+        print(f"{case.label:<44} {case.measured_ms:>9.2f} {est:>9.2f} {ratio:>6.2f} {loo_text}  {shares}")
         rows.append(FitRow(model=case.model, chip=case.group.split()[0],
                            compute_units=case.compute_units, precision=case.precision, published_ms=case.measured_ms,
                            estimated_ms=round(est, 4), ratio=round(ratio, 4),
@@ -119,6 +174,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r <= 1.5 for r in loo_folded)} of {len(rows)} rows within 1.5×")
     print(f"leave-one-chip-out (uncalibrated chip): median ×{statistics.median(uncalibrated):.2f}, "
           f"worst ×{max(uncalibrated):.2f} over {len(uncalibrated)} rows")
+    for line in loco_how:
+        print(f"  {line}")
+    compressed = [folded(r) for c, r in zip(cases, result.loo) if r is not None and c.precision not in
+                  ("float16", "float32")]
+    if compressed:
+        print(f"compressed rows, leave-one-out: median ×{statistics.median(compressed):.2f}, "
+              f"worst ×{max(compressed):.2f} over {len(compressed)} rows")
+    estimates = [r * c.measured_ms for c, r in zip(cases, result.ratios)]
+    decisive, agree, total, agree_all = order_agreement(cases, sources, estimates)
+    loo_estimates = [(r if r is not None else q) * c.measured_ms for c, r, q in zip(cases, result.loo, result.ratios)]
+    loo_decisive, loo_agree, _, _ = order_agreement(cases, sources, loo_estimates)
+    print(f"pairwise order (same model, chip and source): {agree} of {decisive} pairs whose published figures "
+          f"differ by 10% or more ordered alike ({100 * agree / max(decisive, 1):.0f}%; leave-one-out "
+          f"{loo_agree} of {loo_decisive}); {agree_all} of {total} pairs of any difference ordered or tied alike")
     print("pooled fit for chips without rows: " + ", ".join(f"{n} {v:.4g}" for n, v in shared_pool.items()))
     print("parameters (fitted: " + ", ".join(free) + "):")
     for name, value in values.items():
@@ -143,13 +212,17 @@ def main(argv: list[str] | None = None) -> int:
             method=f"least squares on log(estimated / published) over the parameters the rows determine, with a "
                    f"weak pull (weight {PRIOR_WEIGHT}) towards each parameter's prior; fixed and dispatch costs per "
                    "chip and OS; placement by mlbench's rules for the row's compute units",
-            data=f"benchmarks/calibration/{args.rows.name}", parameters=everywhere, calibrated=shared, fitted=free,
+            data=str(args.rows) if args.rows else "../shared/calibration/ (coreml_latency.csv, published_apple.csv)",
+            parameters=everywhere, calibrated=shared, fitted=free,
             priors={name: f"{prior:g}: {why}" for name, (prior, why) in PRIORS.items()}, rows=rows,
             left_out=left_out, per_chip=per_chip,
             median_ratio=summary["median_ratio"], worst_ratio=summary["worst_ratio"],
             loo_median_ratio=summary["loo_median_ratio"], loo_worst_ratio=summary["loo_worst_ratio"],
             uncalibrated_median_ratio=round(statistics.median(uncalibrated), 3),
-            uncalibrated_worst_ratio=round(max(uncalibrated), 3))
+            uncalibrated_worst_ratio=round(max(uncalibrated), 3),
+            uncalibrated_chips=sorted({c.group for c in cases}),
+            compressed_median_ratio=round(statistics.median(compressed), 3) if compressed else None,
+            compressed_worst_ratio=round(max(compressed), 3) if compressed else None)
         write_fit(stored)
         print(f"wrote the fit to {CHIPS_PATH}")
     return 0

@@ -17,9 +17,11 @@ per chip and OS), or by ``mlbench calibrate`` on the team's measured runs (``cal
 estimate carries the calibration's error band.
 
 Precision: a float32 program never runs on the Neural Engine (the placement sees to it); ops run at
-their output dtype's peak. Int8 activations (W8A8 programs, which quantize activations) use the
-Neural Engine's int8 rate only on chips whose profile has one (A17 Pro, M4 and newer, per Apple's
-coremltools guide); no calibration row covers it. Weight-only int8 changes bytes, not compute.
+their output dtype's peak. Compression changes an op's time through the named rules of
+``compression_rules.yaml`` (``compression_rules.py``), per Neural Engine generation: compressed weights are
+read at their stored size (decompressed at load on the CPU), grouped look-up tables cost time, a W8A8
+program's activations move as int8 from the A16 generation on and compute at the int8 rate only on chips
+that publish one (A17 Pro, M4 and newer); before A16 its quantize/dequantize ops run on their own.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from mlbench.backends.apple.calibration.profile import chip_parameters
 from mlbench.backends.apple.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
+from mlbench.backends.apple.compression_rules import Adjustment, op_adjustment
 from mlbench.backends.apple.cost.base import DTYPE_BITS
 from mlbench.records import Band, Metric
 
@@ -54,6 +57,7 @@ class Estimate:
     fixed_ms: float = 0.0
     switches: int = 0
     unplaced_ops: int = 0  # ops the placement did not place: counted on the preferred device
+    rules: list[str] = field(default_factory=list)  # the compression rules that changed some op
 
 
 def output_bytes(layer: LayerInfo) -> int:
@@ -68,7 +72,8 @@ def output_bytes(layer: LayerInfo) -> int:
 
 
 def compute_dtype(layer: LayerInfo, device: str, program_fp16: bool, int8_activations: bool) -> str:
-    """The arithmetic an op runs at: its output's float type; the Neural Engine never runs fp32."""
+    """The arithmetic an op runs at: its output's float type; the Neural Engine never runs fp32 (int8 where a
+    compression rule says so)."""
     if device == "neural_engine":
         return "int8" if int8_activations else "fp16"
     if layer.output_dtype in ("fp16", "fp32"):
@@ -76,14 +81,17 @@ def compute_dtype(layer: LayerInfo, device: str, program_fp16: bool, int8_activa
     return "fp16" if program_fp16 else "fp32"
 
 
-def op_seconds(layer: LayerInfo, device: str, dtype: str, chip: ChipProfile, params: Parameters) -> float:
-    """Roofline time of one op on its device, without dispatch."""
+def op_seconds(layer: LayerInfo, device: str, dtype: str, chip: ChipProfile, params: Parameters,
+               adjustment: Adjustment | None = None) -> float:
+    """Roofline time of one op on its device, without dispatch (`adjustment`: the compression rules' say)."""
+    adj = adjustment or Adjustment()
     terms = [0.0]
     if layer.flops is not None:
         terms.append(layer.flops / (chip.peak(device, dtype) * params.efficiency[device]))
     if layer.bytes is not None:
-        terms.append(layer.bytes / (chip.memory.bandwidth * params.bandwidth_factor[device]))
-    return max(terms)
+        nbytes = layer.bytes * adj.bytes_factor + adj.extra_bytes
+        terms.append(nbytes / (chip.memory.bandwidth * params.bandwidth_factor[device]))
+    return max(terms) * adj.time_factor
 
 
 def estimate_latency(analysis: ProgramAnalysis, placement: Placement, chip: ChipProfile,
@@ -103,8 +111,14 @@ def estimate_latency(analysis: ProgramAnalysis, placement: Placement, chip: Chip
             continue
         device = op.device if op.device in DEVICES else fallback
         estimate.unplaced_ops += op.device is None
-        dtype = compute_dtype(layer, device, program_fp16, int8_activations)
-        estimate.compute_ms[device] += 1e3 * op_seconds(layer, device, dtype, chip, params)
+        adjustment = op_adjustment(layer, device, chip, int8_activations)
+        for rule in adjustment.rules:
+            if rule not in estimate.rules:
+                estimate.rules.append(rule)
+        if adjustment.free:  # a quantize/dequantize fused into its neighbour
+            continue
+        dtype = compute_dtype(layer, device, program_fp16, adjustment.int8)
+        estimate.compute_ms[device] += 1e3 * op_seconds(layer, device, dtype, chip, params, adjustment)
         estimate.dispatch_ms += params.dispatch_ms[device]
         if previous is not None and previous[0] != device:
             estimate.switches += 1

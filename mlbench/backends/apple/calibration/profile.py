@@ -7,12 +7,13 @@ Pydantic and YAML only: the fit itself lives in ``fitting`` (it needs the estima
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from mlbench.backends.apple.chips import ChipId, Fit, Parameters
+from mlbench.backends.apple.chips import ChipId, ChipProfile, Fit, Parameters, builtin_chips
 from mlbench.config.base import StrictModel
 from mlbench.errors import UserError
 from mlbench.records import Band
@@ -145,13 +146,46 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
         params = shared.model_copy(update={"fixed_ms": own.fixed_ms,
                                            "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms}})
         return params, _shipped_band(fit, f"{chip_id} calibrated on {own.rows} of them ({own.os})")
-    if fit.per_chip and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
-        return fit.parameters, Band(
+    chips = builtin_chips()
+    donor = transfer_donor(chip_id, sorted(fit.per_chip), chips)
+    if donor is not None and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
+        params = transferred(fit, donor, chips[donor], chips[chip_id])
+        over = ", ".join(fit.uncalibrated_chips) or ", ".join(sorted(fit.per_chip))
+        return params, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
-            basis=f"{UNCALIBRATED}: no calibration row on the chip, so one set of parameters pooled over the "
-            f"other chips' rows; band from predicting each calibrated chip's rows by a pooled fit without any of "
-            f"them; calibrated {fit.date}")
+            basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so its fixed and per-op costs carry "
+            f"from {donor} (nearest calibrated Neural Engine generation), scaled by the two chips' published Neural "
+            f"Engine peaks; band: leave-one-chip-out over {over} (each chip's rows predicted by a fit without "
+            f"them); calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
+
+
+def transfer_donor(chip_id: str, calibrated: list[str], chips: dict[str, ChipProfile]) -> str | None:
+    """The calibrated chip whose costs carry to `chip_id`: the nearest Neural Engine generation (an older one on
+    a tie, then the same kind of device: phone chips A*, Mac chips M*), then the nearest published peak."""
+    target = chips.get(chip_id)
+    if target is None or target.generation_index is None:
+        return None
+    scored = []
+    for other in calibrated:
+        profile = chips.get(other)
+        if profile is None or profile.generation_index is None or other == chip_id:
+            continue
+        gap = profile.generation_index - target.generation_index
+        peak = abs(math.log(profile.neural_engine.flops_fp16 / target.neural_engine.flops_fp16))
+        scored.append((abs(gap), gap > 0, other[0] != chip_id[0], peak, other))
+    return min(scored)[-1] if scored else None
+
+
+def transferred(fit: Fit, donor: str, donor_chip: ChipProfile, chip: ChipProfile) -> Parameters:
+    """The donor's fitted parameters with its fixed and per-op Neural Engine costs scaled by the ratio of the two
+    chips' published Neural Engine peaks (a faster engine runs its fixed work faster)."""
+    own = fit.per_chip[donor]
+    shared = fit.calibrated or fit.parameters
+    scale = donor_chip.neural_engine.flops_fp16 / chip.neural_engine.flops_fp16
+    dispatch = {**shared.dispatch_ms, **own.dispatch_ms}
+    dispatch["neural_engine"] = dispatch["neural_engine"] * scale
+    return shared.model_copy(update={"fixed_ms": own.fixed_ms * scale, "dispatch_ms": dispatch})
 
 
 def _shipped_band(fit: Fit, which: str | None) -> Band:
