@@ -14,7 +14,8 @@ A chip without rows takes the fixed and per-op costs of the nearest calibrated N
 scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
 leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
 (palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
-the compressed rows' leave-one-out. Pairwise order agreement counts pairs of rows of one model on one chip
+the compressed rows' leave-one-out. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows on A14, A15,
+A16, M1 and M2 (calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row). Pairwise order agreement counts pairs of rows of one model on one chip
 from one page. A parameter is fitted only where
 the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
 leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
@@ -26,6 +27,7 @@ without rows, "uncalibrated chip"). `--write` stores the fit in chips.yaml's `fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import math
 import statistics
@@ -36,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
+from calibration_diffusion import analysis_for_unet, load_diffusion
 from calibration_models import ROWS_PATH, Row, analysis_for, load_all, load_rows
 
 from mlbench.backends.apple.calibration.fitting import (
@@ -80,33 +83,42 @@ def pooled(cases: list[Case]) -> dict[str, float]:
     return calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, leave_one_out=False).values
 
 
-def transfer_values(values: dict[str, float], group: str, donor_group: str) -> dict[str, float]:
-    """`values` with `group`'s fixed and Neural Engine dispatch costs carried from `donor_group`, scaled by the
-    two chips' published Neural Engine peaks (what an estimate on a chip without rows does, profile.transferred)."""
+def transfer_values(values: dict[str, float], free: list[str], group: str, groups: dict[str, str]) -> tuple[
+        dict[str, float], str]:
+    """`values` with what `group` (a chip without rows in this fit) takes from the calibrated chips, as an estimate
+    on a chip without rows does (profile.transferred): the fixed and Neural Engine dispatch costs of the nearest
+    generation whose rows decided them, scaled by the two chips' published Neural Engine peaks, and the Neural
+    Engine efficiency of the nearest generation whose rows decided it. `groups`: chip -> its group in the fit."""
     chips = builtin_chips()
-    scale = chips[donor_group.split()[0]].neural_engine.flops_fp16 / chips[group.split()[0]].neural_engine.flops_fp16
-    out = dict(values)
-    for name in ("fixed_ms", "dispatch_ms.neural_engine"):
-        out[f"{name}@{group}"] = values.get(f"{name}@{donor_group}", values[name]) * scale
-    return out
+    chip = group.split()[0]
+    out, how = dict(values), []
+    fixed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"fixed_ms@{g}" in free), chips)
+    if fixed is not None:
+        scale = chips[fixed].neural_engine.flops_fp16 / chips[chip].neural_engine.flops_fp16
+        for name in ("fixed_ms", "dispatch_ms.neural_engine"):
+            out[f"{name}@{group}"] = values.get(f"{name}@{groups[fixed]}", values[name]) * scale
+        how.append(f"costs from {fixed}")
+    speed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"efficiency.neural_engine@{g}" in free),
+                           chips)
+    if speed is not None:
+        out[f"efficiency.neural_engine@{group}"] = values[f"efficiency.neural_engine@{groups[speed]}"]
+        how.append(f"efficiency from {speed}")
+    return out, ", ".join(how) or "the shared parameters"
 
 
 def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
-    """Each chip's rows predicted by a fit of the other chips' rows, its fixed and per-op costs carried from the
-    nearest calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios and, per chip,
-    which chip its costs came from."""
+    """Each chip's rows predicted by a fit of the other chips' rows, what it takes carried from the nearest
+    calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios and, per chip, where
+    its parameters came from."""
     ratios, how = [], []
     for group in sorted({c.group for c in cases}):
         rest = [c for c in cases if c.group != group]
-        values = calibrate_cases(rest, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True,
-                                 leave_one_out=False).values
+        result = calibrate_cases(rest, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True, leave_one_out=False)
         groups = {c.group.split()[0]: c.group for c in rest}
-        donor = transfer_donor(group.split()[0], sorted(groups), builtin_chips())
-        if donor is not None:
-            values = transfer_values(values, group, groups[donor])
+        values, words = transfer_values(result.values, result.free, group, groups)
         mine = [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
         ratios += mine
-        how.append(f"{group} from {groups[donor] if donor else 'the shared parameters'}: median "
+        how.append(f"{group} ({len(mine)} rows) with {words}: median "
                    f"×{statistics.median(folded(r) for r in mine):.2f}, worst ×{max(folded(r) for r in mine):.2f}")
     return ratios, how
 
@@ -132,6 +144,30 @@ def order_agreement(cases: list[Case], sources: list[str], estimates: list[float
     return decisive, agree, total, agree_all
 
 
+def order_evidence(cases: list[Case], sources: list[str], estimates: list[float],
+                   threshold: float = 1.1) -> dict[str, list[int]]:
+    """Per pair of variant kinds ('float16 vs palettized'): [ordered alike, pairs] over the pairs of rows of one
+    model on one chip from one source whose published figures differ by `threshold` or more. Reports state an
+    estimated order with it (mlbench/report/estimate_order.py)."""
+    from mlbench.backends.apple.compression_rules import variant_kind
+    from mlbench.report.estimate_order import pair_kind
+
+    kinds = [variant_kind(c.analysis) for c in cases]
+    out: dict[str, list[int]] = {}
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            a, b = cases[i], cases[j]
+            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
+                continue
+            pub = a.measured_ms / b.measured_ms
+            if max(pub, 1 / pub) < threshold:
+                continue
+            tally = out.setdefault(pair_kind(kinds[i], kinds[j]), [0, 0])
+            tally[0] += (pub > 1) == (estimates[i] > estimates[j])
+            tally[1] += 1
+    return dict(sorted(out.items()))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=Path, default=None,
@@ -150,6 +186,19 @@ def main(argv: list[str] | None = None) -> int:
             continue
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
         sources.append(row.source.split(":")[-1])
+    if not args.rows:
+        diffusion, skipped = load_diffusion()
+        left_out += skipped
+        if diffusion:
+            try:
+                unet = analysis_for_unet()
+            except Exception as exc:  # noqa: BLE001 - the diffusion rows are recorded as left out, the rest fit
+                left_out.append(f"{len(diffusion)} diffusion rows: UNet export failed ({type(exc).__name__})")
+                diffusion = []
+        for item in diffusion:
+            case = case_for(item.row, unet, estimate_placement(unet, item.row.compute_units))
+            cases.append(dataclasses.replace(case, scale=item.scale, label=f"{case.label} (×{item.scale:.2f} layers)"))
+            sources.append(item.row.source.split(":")[-1])
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)
@@ -188,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pairwise order (same model, chip and source): {agree} of {decisive} pairs whose published figures "
           f"differ by 10% or more ordered alike ({100 * agree / max(decisive, 1):.0f}%; leave-one-out "
           f"{loo_agree} of {loo_decisive}); {agree_all} of {total} pairs of any difference ordered or tied alike")
+    evidence = order_evidence(cases, sources, loo_estimates)
+    print("order evidence (leave-one-out; pairs differing by 10% or more): " + ", ".join(
+        f"{k} {a}/{n}" for k, (a, n) in evidence.items()))
     print("pooled fit for chips without rows: " + ", ".join(f"{n} {v:.4g}" for n, v in shared_pool.items()))
     print("parameters (fitted: " + ", ".join(free) + "):")
     for name, value in values.items():
@@ -202,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
             chip, _, os_name = group.partition(" ")
             per_chip[chip] = ChipFit(
                 os=os_name or "?", rows=sum(c.group == group for c in cases),
-                fixed_ms=values.get(f"fixed_ms@{group}", values["fixed_ms"]),
+                fixed_ms=values[f"fixed_ms@{group}"] if f"fixed_ms@{group}" in free else None,
                 dispatch_ms={d: values[f"dispatch_ms.{d}@{group}"] for d in DEVICES
-                             if f"dispatch_ms.{d}@{group}" in free})
+                             if f"dispatch_ms.{d}@{group}" in free},
+                efficiency={d: values[f"efficiency.{d}@{group}"] for d in DEVICES
+                            if f"efficiency.{d}@{group}" in free})
         shared = parameters({n: v for n, v in values.items() if "@" not in n})
         everywhere = parameters(shared_pool)
         stored = Fit(
@@ -222,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
             uncalibrated_worst_ratio=round(max(uncalibrated), 3),
             uncalibrated_chips=sorted({c.group for c in cases}),
             compressed_median_ratio=round(statistics.median(compressed), 3) if compressed else None,
-            compressed_worst_ratio=round(max(compressed), 3) if compressed else None)
+            compressed_worst_ratio=round(max(compressed), 3) if compressed else None,
+            order_evidence=evidence)
         write_fit(stored)
         print(f"wrote the fit to {CHIPS_PATH}")
     return 0

@@ -160,10 +160,12 @@ def build_module(row: Row):
 
 def _code_digest() -> str:
     """The exporter's, analysis' and cost model's source: a change there re-exports and re-analyses."""
+    import mlbench.backends.apple as apple
     import mlbench.backends.coreml as coreml
 
-    root = Path(coreml.__file__).parent
-    files = sorted([root / "export.py", root / "conversion.py", *root.glob("analysis/*.py"), *root.glob("cost/*.py")])
+    root, shared = Path(coreml.__file__).parent, Path(next(iter(apple.__path__)))
+    files = sorted([root / "export.py", root / "conversion.py", root / "compression.py",
+                    root / "activation_quantization.py", *shared.glob("analysis/*.py"), *shared.glob("cost/*.py")])
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
@@ -184,17 +186,33 @@ def cache_dir() -> Path:
 
 
 def analysis_for(row: Row, *, verbose: bool = True):
-    """The row's ProgramAnalysis, from the cache or by exporting it now. Raises on export failure."""
+    """The row's ProgramAnalysis, from the cache or by exporting it now. Raises on export failure (and remembers
+    it: a failed export is minutes, and the same code and versions fail the same way)."""
+    from mlbench.backends.apple.analysis import ProgramAnalysis
+
+    path = cache_dir() / f"{row.model}-{row.variant or row.precision}-{_key(row)}.json"
+    failed = path.with_suffix(".failed")
+    if path.exists():
+        return ProgramAnalysis.model_validate_json(path.read_text(encoding="utf-8"))
+    if failed.exists():  # the same code and versions failed before: say so instead of minutes of re-export
+        raise RuntimeError(f"{failed.read_text(encoding='utf-8')} (cached failure: delete {failed.name} to retry)")
+    if verbose:
+        print(f"exporting {row.model} ({row.variant or row.precision}) ...", file=sys.stderr, flush=True)
+    try:
+        return _export_and_analyse(row, path)
+    except Exception as exc:
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                          encoding="utf-8")
+        raise
+
+
+def _export_and_analyse(row: Row, path: Path):
     import torch
 
     from mlbench.backends.apple.analysis import ProgramAnalysis, analyse_package
     from mlbench.backends.coreml.export import export_coreml
 
-    path = cache_dir() / f"{row.model}-{row.variant or row.precision}-{_key(row)}.json"
-    if path.exists():
-        return ProgramAnalysis.model_validate_json(path.read_text(encoding="utf-8"))
-    if verbose:
-        print(f"exporting {row.model} ({row.precision}) ...", file=sys.stderr, flush=True)
     module = build_module(row)
     with tempfile.TemporaryDirectory() as tmp:
         example = torch.randn(row.input_shape)
@@ -207,7 +225,7 @@ def analysis_for(row: Row, *, verbose: bool = True):
     tmp_path = path.with_suffix(".tmp")
     tmp_path.write_text(json.dumps(analysis.model_dump(mode="json")), encoding="utf-8")
     tmp_path.replace(path)
-    return analysis
+    return ProgramAnalysis.model_validate(analysis.model_dump(mode="json"))
 
 
 if __name__ == "__main__":  # warm the cache

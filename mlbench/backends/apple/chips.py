@@ -110,13 +110,19 @@ class FitRow(StrictModel):
 
 
 class ChipFit(StrictModel):
-    """A calibrated chip's own costs: the fixed cost per prediction and the dispatch per op differ by chip and OS."""
+    """A calibrated chip's own costs: the fixed cost per prediction, the dispatch per op and the Neural Engine's
+    efficiency differ by chip and OS."""
 
     os: str = Field(description="The OS its rows were measured on.")
     rows: int = Field(ge=1, description="Calibration rows on this chip.")
-    fixed_ms: float = Field(ge=0, description="Fixed time per prediction on this chip.")
+    fixed_ms: float | None = Field(ge=0, description="Fixed time per prediction on this chip; null where its rows "
+                                   "(large models only) do not decide it: then it carries from the nearest "
+                                   "calibrated generation, as for a chip without rows.")
     dispatch_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="Fixed time per op, per device the rows decided (others: the shared value).")
+    efficiency: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="Share of the published peak reached, per device the rows decided (the "
+        "Neural Engine's differs by generation; others: the shared value).")
 
 
 class Fit(StrictModel):
@@ -151,6 +157,10 @@ class Fit(StrictModel):
         default=None, description="Median folded leave-one-out ratio over the compressed rows: the band of a "
         "compressed variant.")
     compressed_worst_ratio: float | None = None
+    order_evidence: dict[str, list[int]] = Field(
+        default_factory=dict, description="Pair of variant kinds ('float16 vs palettized') -> [ordered alike, "
+        "pairs]: calibration pairs (same model, chip and source) whose published figures differ by 10% or more, "
+        "and how many of them the leave-one-out estimates ordered alike. Reports state an estimated order with it.")
 
 
 class ChipFile(StrictModel):

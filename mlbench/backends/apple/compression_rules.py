@@ -17,13 +17,14 @@ from typing import TYPE_CHECKING, Any
 from mlbench.backends.apple.chips import GENERATIONS
 
 if TYPE_CHECKING:
-    from mlbench.backends.apple.analysis import LayerInfo
+    from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis
     from mlbench.backends.apple.chips import ChipProfile
 
 RULES_PATH = Path(__file__).with_name("compression_rules.yaml")
 QDQ = ("quantize", "dequantize")
 
-__all__ = ["Adjustment", "apple_rule_table", "load_compression_rules", "op_adjustment", "rule_table"]
+__all__ = ["Adjustment", "apple_rule_table", "load_compression_rules", "op_adjustment", "rule_table", "variant_kind"]
+KINDS = ("float32", "float16", "palettized", "int8 weights", "W8A8", "sparse")
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,19 @@ def lut_groups(layer: LayerInfo) -> int:
 def compressed(layer: LayerInfo) -> bool:
     storage = layer.weight_storage or ""
     return any(k in storage for k in ("lut_to_dense", "affine_dequantize", "sparse_to_dense", "shift_scale"))
+
+
+def variant_kind(analysis: ProgramAnalysis) -> str:
+    """What kind of variant a program is, as the order evidence counts kinds (one of KINDS): how its weights are
+    stored, whether it quantizes activations, else its precision."""
+    if "quantize" in analysis.op_counts:
+        return "W8A8"
+    storages = " ".join(layer.weight_storage or "" for layer in analysis.layers)
+    for marker, kind in (("lut_to_dense", "palettized"), ("sparse_to_dense", "sparse"),
+                         ("affine_dequantize", "int8 weights"), ("shift_scale", "int8 weights")):
+        if marker in storages:
+            return kind
+    return "float32" if analysis.precision == "FLOAT32" else "float16"
 
 
 def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) -> Adjustment:

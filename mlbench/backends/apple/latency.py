@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from mlbench.backends.apple.calibration.profile import chip_parameters
 from mlbench.backends.apple.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
-from mlbench.backends.apple.compression_rules import Adjustment, op_adjustment
+from mlbench.backends.apple.compression_rules import Adjustment, op_adjustment, variant_kind
 from mlbench.backends.apple.cost.base import DTYPE_BITS
 from mlbench.records import Band, Metric
 
@@ -155,17 +155,36 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
     fit = calibration()
     metrics: dict[str, Metric] = {}
     parts: dict[str, dict] = {}
+    kind = variant_kind(analysis)
     for chip_id in chip_ids:
         name = METRIC_PREFIX + chip_id
         if fit is None:
             metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
             continue
         params, band = chip_parameters(fit, chip_id, calibrations)
+        if calibrations is None or chip_id not in calibrations:
+            band = compressed_band(fit, kind, band or latency_band(fit))
         estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
         metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
                                band=band or latency_band(fit),
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
-                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name}
+                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name,
+                          "rules": estimate.rules, "kind": kind, "order_evidence": fit.order_evidence}
     return metrics, parts
+
+
+def compressed_band(fit: Fit, kind: str, band: Band) -> Band:
+    """A compressed variant's band: the compressed rows' own leave-one-out, not the pooled one; on a chip without
+    rows, the wider of that and the chip's leave-one-chip-out band, naming both."""
+    if kind in ("float16", "float32") or fit.compressed_median_ratio is None or fit.compressed_worst_ratio is None:
+        return band
+    words = (f"{kind} variant: the compressed calibration rows, each predicted by a fit without it "
+             f"(×{fit.compressed_median_ratio:.2f} typical, ×{fit.compressed_worst_ratio:.2f} worst)")
+    if "uncalibrated chip" in band.basis:
+        return Band(median_ratio=max(band.median_ratio, fit.compressed_median_ratio),
+                    worst_ratio=max(band.worst_ratio, fit.compressed_worst_ratio),
+                    basis=f"{band.basis}; and, wider where it is, {words}")
+    return Band(median_ratio=fit.compressed_median_ratio, worst_ratio=fit.compressed_worst_ratio,
+                basis=f"{words}; calibrated {fit.date}")

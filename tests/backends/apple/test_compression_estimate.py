@@ -131,3 +131,21 @@ def test_mlbench_rules_lists_every_compression_rule_with_its_source():
     for rule_id in load_compression_rules():
         row = rows[rule_id]
         assert row["kind"] == "latency" and row["source"] and row["confidence"] in ("high", "medium", "low")
+
+
+def test_a_compressed_variant_carries_the_compressed_rows_band_and_its_kind():
+    fit = calibration()
+    assert fit is not None and fit.compressed_median_ratio is not None and fit.compressed_worst_ratio is not None
+    metrics, parts = latency_metrics(*program("palettize4"), ["a16", "a19pro"])
+    calibrated = metrics["latency.estimated.a16"].band
+    assert calibrated is not None
+    assert (calibrated.median_ratio, calibrated.worst_ratio) == (fit.compressed_median_ratio,
+                                                                  fit.compressed_worst_ratio)
+    assert calibrated.basis.startswith("palettized variant: the compressed calibration rows, each predicted by a fit "
+                                       "without it")
+    uncalibrated = metrics["latency.estimated.a19pro"].band
+    assert uncalibrated is not None and uncalibrated.basis.startswith("uncalibrated chip (a19pro)")
+    assert uncalibrated.worst_ratio == max(fit.uncalibrated_worst_ratio or 0, fit.compressed_worst_ratio)
+    assert parts["a16"]["kind"] == "palettized" and parts["a16"]["order_evidence"] == fit.order_evidence
+    plain, _ = latency_metrics(*program("float16"), ["a16"])
+    assert plain["latency.estimated.a16"].band != calibrated  # float16 keeps the chip's own band

@@ -140,24 +140,40 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
     loaded = (profiles or {}).get(chip_id)
     if loaded is not None:
         return loaded.profile.parameters, loaded.profile.band(loaded.path.name)
+    chips = builtin_chips()
     own = fit.per_chip.get(chip_id)
     if own is not None:
-        shared = fit.calibrated or fit.parameters
-        params = shared.model_copy(update={"fixed_ms": own.fixed_ms,
-                                           "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms}})
+        params = transferred(fit, chip_id, chips) if own.fixed_ms is None else _own(fit, chip_id)
         return params, _shipped_band(fit, f"{chip_id} calibrated on {own.rows} of them ({own.os})")
-    chips = builtin_chips()
-    donor = transfer_donor(chip_id, sorted(fit.per_chip), chips)
+    donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
     if donor is not None and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
-        params = transferred(fit, donor, chips[donor], chips[chip_id])
+        params = transferred(fit, chip_id, chips)
         over = ", ".join(fit.uncalibrated_chips) or ", ".join(sorted(fit.per_chip))
+        speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
+        engine = (f"; its Neural Engine's efficiency from {speed}" if speed is not None and speed != donor else "")
         return params, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
             basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so its fixed and per-op costs carry "
             f"from {donor} (nearest calibrated Neural Engine generation), scaled by the two chips' published Neural "
-            f"Engine peaks; band: leave-one-chip-out over {over} (each chip's rows predicted by a fit without "
-            f"them); calibrated {fit.date}")
+            f"Engine peaks{engine}; band: leave-one-chip-out over {over} (each chip's rows predicted by a fit "
+            f"without them); calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
+
+
+def _deciding(fit: Fit, what: str) -> list[str]:
+    """The calibrated chips whose rows decided their fixed cost (`fixed`) or their Neural Engine's efficiency."""
+    if what == "fixed":
+        return sorted(c for c, f in fit.per_chip.items() if f.fixed_ms is not None)
+    return sorted(c for c, f in fit.per_chip.items() if "neural_engine" in f.efficiency)
+
+
+def _own(fit: Fit, chip_id: str) -> Parameters:
+    """A calibrated chip's parameters: the shared ones under its own fixed cost, dispatch and efficiencies."""
+    own = fit.per_chip[chip_id]
+    shared = fit.calibrated or fit.parameters
+    return shared.model_copy(update={"fixed_ms": own.fixed_ms if own.fixed_ms is not None else shared.fixed_ms,
+                                     "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms},
+                                     "efficiency": {**shared.efficiency, **own.efficiency}})
 
 
 def transfer_donor(chip_id: str, calibrated: list[str], chips: dict[str, ChipProfile]) -> str | None:
@@ -177,15 +193,29 @@ def transfer_donor(chip_id: str, calibrated: list[str], chips: dict[str, ChipPro
     return min(scored)[-1] if scored else None
 
 
-def transferred(fit: Fit, donor: str, donor_chip: ChipProfile, chip: ChipProfile) -> Parameters:
-    """The donor's fitted parameters with its fixed and per-op Neural Engine costs scaled by the ratio of the two
-    chips' published Neural Engine peaks (a faster engine runs its fixed work faster)."""
-    own = fit.per_chip[donor]
+def transferred(fit: Fit, chip_id: str, chips: dict[str, ChipProfile]) -> Parameters:
+    """What `chip_id` takes from calibrated chips where its own rows decide nothing (or it has none): the fixed
+    and per-op Neural Engine costs of the nearest calibrated generation whose rows decided them, scaled by the
+    ratio of the two chips' published Neural Engine peaks (a faster engine runs its fixed work faster), and the
+    Neural Engine efficiency of the nearest generation whose rows decided that. Its own fitted values stay."""
     shared = fit.calibrated or fit.parameters
-    scale = donor_chip.neural_engine.flops_fp16 / chip.neural_engine.flops_fp16
-    dispatch = {**shared.dispatch_ms, **own.dispatch_ms}
-    dispatch["neural_engine"] = dispatch["neural_engine"] * scale
-    return shared.model_copy(update={"fixed_ms": own.fixed_ms * scale, "dispatch_ms": dispatch})
+    params = shared
+    donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
+    if donor is not None:
+        costs = _own(fit, donor)
+        scale = chips[donor].neural_engine.flops_fp16 / chips[chip_id].neural_engine.flops_fp16
+        dispatch = dict(costs.dispatch_ms)
+        dispatch["neural_engine"] = dispatch["neural_engine"] * scale
+        params = params.model_copy(update={"fixed_ms": (costs.fixed_ms * scale), "dispatch_ms": dispatch})
+    speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
+    if speed is not None:
+        efficiency = {**params.efficiency, "neural_engine": fit.per_chip[speed].efficiency["neural_engine"]}
+        params = params.model_copy(update={"efficiency": efficiency})
+    own = fit.per_chip.get(chip_id)
+    if own is not None:
+        params = params.model_copy(update={"dispatch_ms": {**params.dispatch_ms, **own.dispatch_ms},
+                                           "efficiency": {**params.efficiency, **own.efficiency}})
+    return params
 
 
 def _shipped_band(fit: Fit, which: str | None) -> Band:
