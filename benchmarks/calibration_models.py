@@ -39,6 +39,7 @@ class Row:
     os: str = ""
     optimization: dict | None = None  # the compression the row's variant had (mlbench's `optimizations:` vocabulary)
     variant: str = ""  # the compression in words ('' for the float16 original)
+    deployment_target: str | None = None  # the OS the row's model was built for, where the source states it
 
     @property
     def label(self) -> str:
@@ -106,10 +107,13 @@ def load_published(path: Path = PUBLISHED_PATH) -> tuple[list[Row], list[str]]:
             seen.add(key)
             size = 256 if model.startswith("fastvit") else 224
             platform = "iOS" if "iphone" in r["device"].lower() or "ipad" in r["device"].lower() else "macOS"
+            # the compression pages measured on iOS 17, their float16 baselines too: export those at iOS17, so
+            # the baseline and its compressed variants are the same program but for the weights
+            target = "iOS17" if r["os"].replace(" ", "").startswith("iOS17") else None
             rows.append(Row(model=model, build=build, input_shape=(1, 3, size, size), chip=CHIP_IDS[chip],
                             compute_units="all", precision="float16", latency_ms=float(r["figure"]),
                             source=r["source"], os=platform,
-                            optimization=opt[0], variant=opt[1]))
+                            optimization=opt[0], variant=opt[1], deployment_target=target))
     return rows, [f"{n} published rows: {why}" for why, n in left_out.items()]
 
 
@@ -174,6 +178,8 @@ def _key(row: Row) -> str:
 
     parts = [row.build, row.model, "x".join(map(str, row.input_shape)), row.precision, json.dumps(row.optimization),
              version("coremltools"), version("torch"), version("timm"), _code_digest()]
+    if row.deployment_target and not row.optimization:  # compressed rows are exported at iOS17 anyway
+        parts.append(row.deployment_target)
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -218,7 +224,8 @@ def _export_and_analyse(row: Row, path: Path):
         example = torch.randn(row.input_shape)
         calibration = [{"image": torch.randn(row.input_shape).numpy()} for _ in range(2)]
         result = export_coreml(module, [example], ["image"], precision=row.precision,
-                               optimization=row.optimization, deployment_target="iOS17" if row.optimization else None,
+                               optimization=row.optimization,
+                               deployment_target=row.deployment_target or ("iOS17" if row.optimization else None),
                                dest=Path(tmp), calibration=calibration if row.optimization else None)
         analysis = analyse_package(result.artifact)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -144,8 +144,10 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
     assert not any(name.startswith("latency.estimated.") for r in result.records if r.backend == "torch"
                    for name in r.metrics)
     by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in coreml}
-    assert by_id["tiny/coreml/float16/all/none"] < by_id["tiny/coreml/float32/cpu_only/none"]
+    # a 32x32 CNN: the fixed cost per prediction dominates every variant, so no order is claimed between them
+    assert max(by_id.values()) / min(by_id.values()) < 1.10, by_id
     markdown = (folder / "out" / "report.md").read_text()
+    assert "_Estimated order_" in markdown and " on m1: too close to call (≈" in markdown
     assert "| ≈ms a17pro |" in markdown and "≈ms m1" in markdown
     cells: dict[str, str] = {}  # the row's cells by column, in the main table and the folded one
     for line in markdown.splitlines():
@@ -154,7 +156,10 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
         elif line.startswith("| `coreml/float16/all/none`"):
             cells.update(zip(names, (c.strip() for c in line.split("|"))))
     assert cells["≈ms a17pro"].startswith("≈") and cells["≈ms m1"].startswith("≈")
-    assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    # each chip's band on its own line: m1 has calibration rows (Stable Diffusion's), a17pro has none
+    assert "_≈ms a17pro_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    assert "_≈ms m1_: Core ML latency estimated for that Apple chip" in markdown
+    assert "(uncalibrated chip (a17pro): no calibration row on the chip" in markdown
     from mlbench.report.html.page import render_html
     from tests.report.html.test_parity import missing_from_html
 
