@@ -2,15 +2,21 @@
 
     PYTHONPATH=. python benchmarks/calibrate_latency.py [--write] [--rows CSV]
 
-Each row of benchmarks/calibration/coreml_latency.csv (the only figures the model may be fitted to)
-is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
+Each prediction-latency row of ../shared/calibration/ (coreml_latency.csv and published_apple.csv, the only
+figures the model may be fitted to; diffusion, generation and load-time rows are left out and counted, and a
+float16 baseline printed on three pages is one row) is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
 and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
 mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
 (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
 fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows uses one set of parameters pooled over every row (`fit.parameters`, round 2's
-structure), and its band is leave-one-chip-out. A parameter is fitted only where
+A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation,
+scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
+leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
+(palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
+the compressed rows' leave-one-out. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows on A14, A15,
+A16, M1 and M2 (calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row). Pairwise order agreement counts pairs of rows of one model on one chip
+from one page. A parameter is fitted only where
 the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
 leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
 Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
@@ -21,7 +27,9 @@ without rows, "uncalibrated chip"). `--write` stores the fit in chips.yaml's `fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -30,7 +38,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from calibration_models import ROWS_PATH, Row, analysis_for, load_rows
+from calibration_diffusion import analysis_for_unet, load_diffusion
+from calibration_models import ROWS_PATH, Row, analysis_for, load_all, load_rows
 
 from mlbench.backends.apple.calibration.fitting import (
     Case,
@@ -44,6 +53,7 @@ from mlbench.backends.apple.calibration.fitting import (
 )
 from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
+from mlbench.backends.apple.calibration.profile import transfer_donor
 from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
 from mlbench.backends.apple.placement import estimate_placement
 
@@ -55,7 +65,7 @@ __all__ = ["PRIORS", "Row", "case_for", "decidable", "fit", "main", "parameters"
 def case_for(row: Row, analysis, placement) -> Case:
     return Case(label=row.label, group=f"{row.chip} {row.os}".strip(), chip=builtin_chips()[row.chip],
                 analysis=analysis, placement=placement, measured_ms=row.latency_ms, model=row.model,
-                compute_units=row.compute_units, precision=row.precision)
+                compute_units=row.compute_units, precision=row.variant or row.precision)
 
 
 def decidable(cases: list[Case]) -> list[str]:
@@ -73,41 +83,135 @@ def pooled(cases: list[Case]) -> dict[str, float]:
     return calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, leave_one_out=False).values
 
 
-def leave_one_chip_out(cases: list[Case]) -> list[float]:
-    """Each chip's rows predicted by the pooled fit of the other chips' rows: what a chip without rows gets."""
-    ratios = []
+def transfer_values(values: dict[str, float], free: list[str], group: str, groups: dict[str, str]) -> tuple[
+        dict[str, float], str]:
+    """`values` with what `group` (a chip without rows in this fit) takes from the calibrated chips, as an estimate
+    on a chip without rows does (profile.transferred): the fixed and Neural Engine dispatch costs of the nearest
+    generation whose rows decided them, scaled by the two chips' published Neural Engine peaks, and the Neural
+    Engine efficiency of the nearest generation whose rows decided it. `groups`: chip -> its group in the fit."""
+    chips = builtin_chips()
+    chip = group.split()[0]
+    out, how = dict(values), []
+    fixed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"fixed_ms@{g}" in free), chips)
+    if fixed is not None:
+        scale = chips[fixed].neural_engine.flops_fp16 / chips[chip].neural_engine.flops_fp16
+        for name in ("fixed_ms", "dispatch_ms.neural_engine"):
+            out[f"{name}@{group}"] = values.get(f"{name}@{groups[fixed]}", values[name]) * scale
+        how.append(f"costs from {fixed}")
+    speed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"efficiency.neural_engine@{g}" in free),
+                           chips)
+    if speed is not None:
+        out[f"efficiency.neural_engine@{group}"] = values[f"efficiency.neural_engine@{groups[speed]}"]
+        how.append(f"efficiency from {speed}")
+    return out, ", ".join(how) or "the shared parameters"
+
+
+def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
+    """Each chip's rows predicted by a fit of the other chips' rows, what it takes carried from the nearest
+    calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios and, per chip, where
+    its parameters came from."""
+    ratios, how = [], []
     for group in sorted({c.group for c in cases}):
-        values = pooled([c for c in cases if c.group != group])
-        ratios += [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
-    return ratios
+        rest = [c for c in cases if c.group != group]
+        result = calibrate_cases(rest, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True, leave_one_out=False)
+        groups = {c.group.split()[0]: c.group for c in rest}
+        values, words = transfer_values(result.values, result.free, group, groups)
+        mine = [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
+        ratios += mine
+        how.append(f"{group} ({len(mine)} rows) with {words}: median "
+                   f"×{statistics.median(folded(r) for r in mine):.2f}, worst ×{max(folded(r) for r in mine):.2f}")
+    return ratios, how
+
+
+def order_agreement(cases: list[Case], sources: list[str], estimates: list[float],
+                    threshold: float = 1.1) -> tuple[int, int, int, int]:
+    """Pairs of rows of one model on one chip from one source: (pairs whose published figures differ by
+    `threshold` or more, of them ordered alike by the estimate, all pairs, all ordered alike or tied alike)."""
+    decisive = agree = total = agree_all = 0
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            a, b = cases[i], cases[j]
+            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
+                continue
+            total += 1
+            pub = a.measured_ms / b.measured_ms
+            est = estimates[i] / estimates[j]
+            same = (pub > 1) == (est > 1) if pub != 1 else abs(math.log(est)) < math.log(threshold)
+            agree_all += same
+            if max(pub, 1 / pub) >= threshold:
+                decisive += 1
+                agree += (pub > 1) == (est > 1)
+    return decisive, agree, total, agree_all
+
+
+def order_evidence(cases: list[Case], sources: list[str], estimates: list[float],
+                   threshold: float = 1.1) -> dict[str, list[int]]:
+    """Per pair of variant kinds ('float16 vs palettized'): [ordered alike, pairs] over the pairs of rows of one
+    model on one chip from one source whose published figures differ by `threshold` or more. Reports state an
+    estimated order with it (mlbench/report/estimate_order.py)."""
+    from mlbench.backends.apple.compression_rules import variant_kind
+    from mlbench.report.estimate_order import pair_kind
+
+    kinds = [variant_kind(c.analysis) for c in cases]
+    out: dict[str, list[int]] = {}
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            a, b = cases[i], cases[j]
+            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
+                continue
+            pub = a.measured_ms / b.measured_ms
+            if max(pub, 1 / pub) < threshold:
+                continue
+            tally = out.setdefault(pair_kind(kinds[i], kinds[j]), [0, 0])
+            tally[0] += (pub > 1) == (estimates[i] > estimates[j])
+            tally[1] += 1
+    return dict(sorted(out.items()))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rows", type=Path, default=ROWS_PATH)
+    ap.add_argument("--rows", type=Path, default=None,
+                    help=f"one CSV in {ROWS_PATH.name}'s format (default: both files of the calibration folder)")
     ap.add_argument("--write", action="store_true", help="store the fit in chips.yaml")
     args = ap.parse_args(argv)
 
-    cases, left_out = [], []
-    for row in load_rows(args.rows):
+    cases, left_out, sources = [], [], []
+    rows_in, skipped = (load_rows(args.rows), []) if args.rows else load_all()
+    left_out += skipped
+    for row in rows_in:
         try:
             analysis = analysis_for(row)
         except Exception as exc:  # noqa: BLE001 - a model that does not export is recorded, the rest fit
             left_out.append(f"{row.label}: export failed ({type(exc).__name__}: {str(exc)[:160]})")
             continue
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
+        sources.append(row.source.split(":")[-1])
+    if not args.rows:
+        diffusion, skipped = load_diffusion()
+        left_out += skipped
+        if diffusion:
+            try:
+                unet = analysis_for_unet()
+            except Exception as exc:  # noqa: BLE001 - the diffusion rows are recorded as left out, the rest fit
+                left_out.append(f"{len(diffusion)} diffusion rows: UNet export failed ({type(exc).__name__})")
+                diffusion = []
+        for item in diffusion:
+            case = case_for(item.row, unet, estimate_placement(unet, item.row.compute_units))
+            cases.append(dataclasses.replace(case, scale=item.scale, label=f"{case.label} (×{item.scale:.2f} layers)"))
+            sources.append(item.row.source.split(":")[-1])
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)
-    uncalibrated = [folded(r) for r in leave_one_chip_out(cases)]
+    loco, loco_how = leave_one_chip_out(cases)
+    uncalibrated = [folded(r) for r in loco]
 
     rows = []
-    print(f"{'row':<40} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
+    print(f"{'row':<44} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
     for case, ratio, loo_ratio in zip(cases, result.ratios, result.loo):
         est = ratio * case.measured_ms
         shares = "/".join(str(sum(op.device == d for op in case.placement.ops)) for d in DEVICES)
         loo_text = f"{loo_ratio:>6.2f}" if loo_ratio is not None else f"{'-':>6}"
-        print(f"{case.label:<40} {case.measured_ms:>9.2f} {est:>9.2f} {ratio:>6.2f} {loo_text}  {shares}")
+        print(f"{case.label:<44} {case.measured_ms:>9.2f} {est:>9.2f} {ratio:>6.2f} {loo_text}  {shares}")
         rows.append(FitRow(model=case.model, chip=case.group.split()[0],
                            compute_units=case.compute_units, precision=case.precision, published_ms=case.measured_ms,
                            estimated_ms=round(est, 4), ratio=round(ratio, 4),
@@ -119,6 +223,23 @@ def main(argv: list[str] | None = None) -> int:
           f"{sum(r <= 1.5 for r in loo_folded)} of {len(rows)} rows within 1.5×")
     print(f"leave-one-chip-out (uncalibrated chip): median ×{statistics.median(uncalibrated):.2f}, "
           f"worst ×{max(uncalibrated):.2f} over {len(uncalibrated)} rows")
+    for line in loco_how:
+        print(f"  {line}")
+    compressed = [folded(r) for c, r in zip(cases, result.loo) if r is not None and c.precision not in
+                  ("float16", "float32")]
+    if compressed:
+        print(f"compressed rows, leave-one-out: median ×{statistics.median(compressed):.2f}, "
+              f"worst ×{max(compressed):.2f} over {len(compressed)} rows")
+    estimates = [r * c.measured_ms for c, r in zip(cases, result.ratios)]
+    decisive, agree, total, agree_all = order_agreement(cases, sources, estimates)
+    loo_estimates = [(r if r is not None else q) * c.measured_ms for c, r, q in zip(cases, result.loo, result.ratios)]
+    loo_decisive, loo_agree, _, _ = order_agreement(cases, sources, loo_estimates)
+    print(f"pairwise order (same model, chip and source): {agree} of {decisive} pairs whose published figures "
+          f"differ by 10% or more ordered alike ({100 * agree / max(decisive, 1):.0f}%; leave-one-out "
+          f"{loo_agree} of {loo_decisive}); {agree_all} of {total} pairs of any difference ordered or tied alike")
+    evidence = order_evidence(cases, sources, loo_estimates)
+    print("order evidence (leave-one-out; pairs differing by 10% or more): " + ", ".join(
+        f"{k} {a}/{n}" for k, (a, n) in evidence.items()))
     print("pooled fit for chips without rows: " + ", ".join(f"{n} {v:.4g}" for n, v in shared_pool.items()))
     print("parameters (fitted: " + ", ".join(free) + "):")
     for name, value in values.items():
@@ -133,9 +254,11 @@ def main(argv: list[str] | None = None) -> int:
             chip, _, os_name = group.partition(" ")
             per_chip[chip] = ChipFit(
                 os=os_name or "?", rows=sum(c.group == group for c in cases),
-                fixed_ms=values.get(f"fixed_ms@{group}", values["fixed_ms"]),
+                fixed_ms=values[f"fixed_ms@{group}"] if f"fixed_ms@{group}" in free else None,
                 dispatch_ms={d: values[f"dispatch_ms.{d}@{group}"] for d in DEVICES
-                             if f"dispatch_ms.{d}@{group}" in free})
+                             if f"dispatch_ms.{d}@{group}" in free},
+                efficiency={d: values[f"efficiency.{d}@{group}"] for d in DEVICES
+                            if f"efficiency.{d}@{group}" in free})
         shared = parameters({n: v for n, v in values.items() if "@" not in n})
         everywhere = parameters(shared_pool)
         stored = Fit(
@@ -143,13 +266,18 @@ def main(argv: list[str] | None = None) -> int:
             method=f"least squares on log(estimated / published) over the parameters the rows determine, with a "
                    f"weak pull (weight {PRIOR_WEIGHT}) towards each parameter's prior; fixed and dispatch costs per "
                    "chip and OS; placement by mlbench's rules for the row's compute units",
-            data=f"benchmarks/calibration/{args.rows.name}", parameters=everywhere, calibrated=shared, fitted=free,
+            data=str(args.rows) if args.rows else "../shared/calibration/ (coreml_latency.csv, published_apple.csv)",
+            parameters=everywhere, calibrated=shared, fitted=free,
             priors={name: f"{prior:g}: {why}" for name, (prior, why) in PRIORS.items()}, rows=rows,
             left_out=left_out, per_chip=per_chip,
             median_ratio=summary["median_ratio"], worst_ratio=summary["worst_ratio"],
             loo_median_ratio=summary["loo_median_ratio"], loo_worst_ratio=summary["loo_worst_ratio"],
             uncalibrated_median_ratio=round(statistics.median(uncalibrated), 3),
-            uncalibrated_worst_ratio=round(max(uncalibrated), 3))
+            uncalibrated_worst_ratio=round(max(uncalibrated), 3),
+            uncalibrated_chips=sorted({c.group for c in cases}),
+            compressed_median_ratio=round(statistics.median(compressed), 3) if compressed else None,
+            compressed_worst_ratio=round(max(compressed), 3) if compressed else None,
+            order_evidence=evidence)
         write_fit(stored)
         print(f"wrote the fit to {CHIPS_PATH}")
     return 0

@@ -12,14 +12,18 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROWS_PATH = HERE / "calibration" / "coreml_latency.csv"
-CHIP_IDS = {"A14": "a14", "M1 Pro": "m1pro"}  # the chips the calibration rows name -> profile ids
+SHARED = HERE.parent.parent / "shared" / "calibration"  # the calibration folder beside the checkout, if present
+ROWS_PATH = (SHARED if (SHARED / "coreml_latency.csv").exists() else HERE / "calibration") / "coreml_latency.csv"
+PUBLISHED_PATH = SHARED / "published_apple.csv"
+CHIP_IDS = {"A14": "a14", "A15": "a15", "A16": "a16", "M1": "m1", "M1 Pro": "m1pro", "M1 Max": "m1max",
+            "M2": "m2"}  # the chips the calibration rows name -> profile ids
 
 
 @dataclass(frozen=True)
@@ -33,10 +37,96 @@ class Row:
     latency_ms: float
     source: str
     os: str = ""
+    optimization: dict | None = None  # the compression the row's variant had (mlbench's `optimizations:` vocabulary)
+    variant: str = ""  # the compression in words ('' for the float16 original)
+    deployment_target: str | None = None  # the OS the row's model was built for, where the source states it
 
     @property
     def label(self) -> str:
-        return f"{self.model} {self.precision} {self.compute_units} on {self.chip}"
+        what = self.variant or self.precision
+        return f"{self.model} {what} {self.compute_units} on {self.chip}"
+
+
+def _published_optimization(text: str) -> tuple[dict | None, str] | None:
+    """The compression a published row's precision column names; None where it names none we can rebuild.
+    Palettization uses coremltools' uniform mode: the stored format (n-bit indices, a per-tensor LUT) is what
+    latency depends on, and k-means on every weight would take minutes per model here."""
+    t = text.lower()
+    if t.startswith(("float16", "not stated")):
+        return None, ""
+    if m := re.match(r"(\d) bit palettization", t):
+        return {"kind": "palettize", "nbits": int(m.group(1)), "mode": "uniform"}, f"palettize{m.group(1)}"
+    if t.startswith("weight-only quantization"):
+        return {"kind": "linear_quantize", "dtype": "int8"}, "int8 weights"
+    if t.startswith("weight & activation quantization"):
+        return {"kind": "linear_quantize_activations"}, "W8A8"
+    if m := re.match(r"unstructured sparsity (\d+)%", t):
+        return {"kind": "prune", "target_sparsity": int(m.group(1)) / 100}, f"sparse{m.group(1)}"
+    return None
+
+
+def _published_build(build: str) -> tuple[str, str] | None:
+    """(build, model name) for a published row's `build` pointer, or None where it cannot be rebuilt here."""
+    if m := re.match(r"torchvision\.models\.(\w+)\(\)", build):
+        return f"torchvision:{m.group(1)}", m.group(1)
+    if m := re.match(r"timm\.create_model\('(\w+)'\)", build):
+        return f"timm:{m.group(1)}", m.group(1)
+    if "mobilevitv2_100" in build:
+        return "timm:mobilevitv2_100", "mobilevitv2_100"
+    return None
+
+
+def load_published(path: Path = PUBLISHED_PATH) -> tuple[list[Row], list[str]]:
+    """The prediction-latency rows of published_apple.csv that can be rebuilt here, and why each other kind is
+    left out. Shared float16 baselines (one measurement printed on three pages) are kept once."""
+    rows: list[Row] = []
+    left_out: dict[str, int] = {}
+    seen: set[tuple] = set()
+    with path.open(encoding="utf-8") as f:
+        for r in csv.DictReader(f):
+            unit, chip = r["unit"], r["chip"]
+            why = None
+            if not unit.startswith("ms") or "load time" in r["what"].lower():
+                why = f"{unit.split(' (')[0]}: not one prediction's latency (generation, diffusion or load time)"
+            built = _published_build(r["build"])
+            opt = _published_optimization(r["precision"])
+            if why is None and built is None:
+                why = "architecture not rebuildable here (CenterNet head not public; open_clip not installed)"
+            if why is None and opt is None:
+                why = f"precision not rebuilt: {r['precision'][:40]}"
+            if why is None and chip not in CHIP_IDS:
+                why = f"chip {chip} has no profile"
+            if why is not None:
+                left_out[why] = left_out.get(why, 0) + 1
+                continue
+            assert built is not None and opt is not None
+            build, model = built
+            key = (build, chip, opt[1], r["figure"])
+            if key in seen:
+                continue
+            seen.add(key)
+            size = 256 if model.startswith("fastvit") else 224
+            platform = "iOS" if "iphone" in r["device"].lower() or "ipad" in r["device"].lower() else "macOS"
+            # the compression pages measured on iOS 17, their float16 baselines too: export those at iOS17, so
+            # the baseline and its compressed variants are the same program but for the weights
+            target = "iOS17" if r["os"].replace(" ", "").startswith("iOS17") else None
+            rows.append(Row(model=model, build=build, input_shape=(1, 3, size, size), chip=CHIP_IDS[chip],
+                            compute_units="all", precision="float16", latency_ms=float(r["figure"]),
+                            source=r["source"], os=platform,
+                            optimization=opt[0], variant=opt[1], deployment_target=target))
+    return rows, [f"{n} published rows: {why}" for why, n in left_out.items()]
+
+
+def load_all() -> tuple[list[Row], list[str]]:
+    """Both calibration files, each measurement once (the A14 rows of coreml_latency.csv are ml-mobileone's and
+    ml-fastvit's README figures, which published_apple.csv holds too)."""
+    rows = load_rows(ROWS_PATH)
+    if not PUBLISHED_PATH.exists():
+        return rows, [f"{PUBLISHED_PATH} not found: fitted on {ROWS_PATH.name} only"]
+    published, left_out = load_published()
+    have = {(p.model, p.chip, p.variant, p.latency_ms) for p in published}
+    kept = [r for r in rows if (r.model, r.chip, "", r.latency_ms) not in have]
+    return kept + published, left_out
 
 
 def load_rows(path: Path = ROWS_PATH) -> list[Row]:
@@ -55,6 +145,12 @@ def build_module(row: Row):
     import torch
 
     torch.manual_seed(0)
+    if row.build.startswith("timm:"):
+        import timm
+        from timm.utils.model import reparameterize_model
+
+        module = timm.create_model(row.build.split(":", 1)[1], pretrained=False).eval()
+        return reparameterize_model(module).eval()
     if row.build.startswith("torchvision:"):
         import torchvision
 
@@ -68,18 +164,22 @@ def build_module(row: Row):
 
 def _code_digest() -> str:
     """The exporter's, analysis' and cost model's source: a change there re-exports and re-analyses."""
+    import mlbench.backends.apple as apple
     import mlbench.backends.coreml as coreml
 
-    root = Path(coreml.__file__).parent
-    files = sorted([root / "export.py", root / "conversion.py", *root.glob("analysis/*.py"), *root.glob("cost/*.py")])
+    root, shared = Path(coreml.__file__).parent, Path(next(iter(apple.__path__)))
+    files = sorted([root / "export.py", root / "conversion.py", root / "compression.py",
+                    root / "activation_quantization.py", *shared.glob("analysis/*.py"), *shared.glob("cost/*.py")])
     return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
 
 
 def _key(row: Row) -> str:
     from importlib.metadata import version
 
-    parts = [row.build, row.model, "x".join(map(str, row.input_shape)), row.precision,
+    parts = [row.build, row.model, "x".join(map(str, row.input_shape)), row.precision, json.dumps(row.optimization),
              version("coremltools"), version("torch"), version("timm"), _code_digest()]
+    if row.deployment_target and not row.optimization:  # compressed rows are exported at iOS17 anyway
+        parts.append(row.deployment_target)
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -92,31 +192,51 @@ def cache_dir() -> Path:
 
 
 def analysis_for(row: Row, *, verbose: bool = True):
-    """The row's ProgramAnalysis, from the cache or by exporting it now. Raises on export failure."""
+    """The row's ProgramAnalysis, from the cache or by exporting it now. Raises on export failure (and remembers
+    it: a failed export is minutes, and the same code and versions fail the same way)."""
+    from mlbench.backends.apple.analysis import ProgramAnalysis
+
+    path = cache_dir() / f"{row.model}-{row.variant or row.precision}-{_key(row)}.json"
+    failed = path.with_suffix(".failed")
+    if path.exists():
+        return ProgramAnalysis.model_validate_json(path.read_text(encoding="utf-8"))
+    if failed.exists():  # the same code and versions failed before: say so instead of minutes of re-export
+        raise RuntimeError(f"{failed.read_text(encoding='utf-8')} (cached failure: delete {failed.name} to retry)")
+    if verbose:
+        print(f"exporting {row.model} ({row.variant or row.precision}) ...", file=sys.stderr, flush=True)
+    try:
+        return _export_and_analyse(row, path)
+    except Exception as exc:
+        failed.parent.mkdir(parents=True, exist_ok=True)
+        failed.write_text(f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}",
+                          encoding="utf-8")
+        raise
+
+
+def _export_and_analyse(row: Row, path: Path):
     import torch
 
     from mlbench.backends.apple.analysis import ProgramAnalysis, analyse_package
     from mlbench.backends.coreml.export import export_coreml
 
-    path = cache_dir() / f"{row.model}-{row.precision}-{_key(row)}.json"
-    if path.exists():
-        return ProgramAnalysis.model_validate_json(path.read_text(encoding="utf-8"))
-    if verbose:
-        print(f"exporting {row.model} ({row.precision}) ...", file=sys.stderr, flush=True)
     module = build_module(row)
     with tempfile.TemporaryDirectory() as tmp:
-        result = export_coreml(module, [torch.randn(row.input_shape)], ["image"], precision=row.precision,
-                               optimization=None, deployment_target=None, dest=Path(tmp))
+        example = torch.randn(row.input_shape)
+        calibration = [{"image": torch.randn(row.input_shape).numpy()} for _ in range(2)]
+        result = export_coreml(module, [example], ["image"], precision=row.precision,
+                               optimization=row.optimization,
+                               deployment_target=row.deployment_target or ("iOS17" if row.optimization else None),
+                               dest=Path(tmp), calibration=calibration if row.optimization else None)
         analysis = analyse_package(result.artifact)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp_path = path.with_suffix(".tmp")
     tmp_path.write_text(json.dumps(analysis.model_dump(mode="json")), encoding="utf-8")
     tmp_path.replace(path)
-    return analysis
+    return ProgramAnalysis.model_validate(analysis.model_dump(mode="json"))
 
 
 if __name__ == "__main__":  # warm the cache
-    for row in load_rows():
+    for row in load_all()[0]:
         try:
             a = analysis_for(row)
             print(f"{row.label}: {a.totals.compute_ops} ops, {a.totals.flops / 1e9:.2f} GFLOP, "

@@ -24,6 +24,11 @@ ChipId = Annotated[str, StringConstraints(pattern=CHIP_ID)]
 Confidence = Literal["high", "medium", "low"]
 Source = Annotated[str, StringConstraints(min_length=1)]
 DEVICES = ("neural_engine", "gpu", "cpu")
+# Neural Engine generations, oldest first, each named by its first phone chip: A14/M1, A15/M2, A16/M3, A17 Pro/A18/M4,
+# A19/M5. Source: the families in chips.yaml's sources (maderix/ANE: M3 shares A16's H15 engine, M4 A17 Pro's H16;
+# Apple's coremltools guide: int8-int8 compute from A17 Pro / M4).
+GENERATIONS = ("a14", "a15", "a16", "a17pro", "a19")
+Generation = Literal["a14", "a15", "a16", "a17pro", "a19"]
 
 
 class NeuralEngine(StrictModel):
@@ -33,6 +38,9 @@ class NeuralEngine(StrictModel):
     flops_int8: PositiveFloat | None = Field(
         default=None, description="Peak ops/s with int8 activations (W8A8), only where the chip speeds them up "
         "(A17 Pro, M4 and newer); weight-only int8 computes in float16.")
+    generation: Generation | None = Field(
+        default=None, description="The Neural Engine generation, named by its first phone chip (GENERATIONS); "
+        "calibrated costs carry to an uncalibrated chip from the nearest calibrated generation.")
     source: Source
     confidence: Confidence
 
@@ -61,6 +69,11 @@ class ChipProfile(StrictModel):
     gpu: Processor
     cpu: Processor
     memory: Memory
+
+    @property
+    def generation_index(self) -> int | None:
+        gen = self.neural_engine.generation
+        return GENERATIONS.index(gen) if gen else None
 
     def peak(self, device: str, dtype: str) -> float:
         """Peak FLOP/s of `device` for an op computing in `dtype` (fp16, fp32, int8)."""
@@ -97,13 +110,19 @@ class FitRow(StrictModel):
 
 
 class ChipFit(StrictModel):
-    """A calibrated chip's own costs: the fixed cost per prediction and the dispatch per op differ by chip and OS."""
+    """A calibrated chip's own costs: the fixed cost per prediction, the dispatch per op and the Neural Engine's
+    efficiency differ by chip and OS."""
 
     os: str = Field(description="The OS its rows were measured on.")
     rows: int = Field(ge=1, description="Calibration rows on this chip.")
-    fixed_ms: float = Field(ge=0, description="Fixed time per prediction on this chip.")
+    fixed_ms: float | None = Field(ge=0, description="Fixed time per prediction on this chip; null where its rows "
+                                   "(large models only) do not decide it: then it carries from the nearest "
+                                   "calibrated generation, as for a chip without rows.")
     dispatch_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(
         default_factory=dict, description="Fixed time per op, per device the rows decided (others: the shared value).")
+    efficiency: dict[str, Annotated[float, Field(gt=0)]] = Field(
+        default_factory=dict, description="Share of the published peak reached, per device the rows decided (the "
+        "Neural Engine's differs by generation; others: the shared value).")
 
 
 class Fit(StrictModel):
@@ -131,6 +150,17 @@ class Fit(StrictModel):
         default=None, description="Median folded ratio of each calibrated chip's rows predicted by a fit that saw "
         "none of that chip's rows: the band of a chip without calibration rows.")
     uncalibrated_worst_ratio: float | None = None
+    uncalibrated_chips: list[str] = Field(
+        default_factory=list, description="The chips (and OS) whose rows were each predicted without them: the "
+        "leave-one-chip-out band's basis.")
+    compressed_median_ratio: float | None = Field(
+        default=None, description="Median folded leave-one-out ratio over the compressed rows: the band of a "
+        "compressed variant.")
+    compressed_worst_ratio: float | None = None
+    order_evidence: dict[str, list[int]] = Field(
+        default_factory=dict, description="Pair of variant kinds ('float16 vs palettized') -> [ordered alike, "
+        "pairs]: calibration pairs (same model, chip and source) whose published figures differ by 10% or more, "
+        "and how many of them the leave-one-out estimates ordered alike. Reports state an estimated order with it.")
 
 
 class ChipFile(StrictModel):

@@ -17,18 +17,21 @@ per chip and OS), or by ``mlbench calibrate`` on the team's measured runs (``cal
 estimate carries the calibration's error band.
 
 Precision: a float32 program never runs on the Neural Engine (the placement sees to it); ops run at
-their output dtype's peak. Int8 activations (W8A8 programs, which quantize activations) use the
-Neural Engine's int8 rate only on chips whose profile has one (A17 Pro, M4 and newer, per Apple's
-coremltools guide); no calibration row covers it. Weight-only int8 changes bytes, not compute.
+their output dtype's peak. Compression changes an op's time through the named rules of
+``compression_rules.yaml`` (``compression_rules.py``), per Neural Engine generation: compressed weights are
+read at their stored size (decompressed at load on the CPU), grouped look-up tables cost time, a W8A8
+program's activations move as int8 from the A16 generation on and compute at the int8 rate only on chips
+that publish one (A17 Pro, M4 and newer); before A16 its quantize/dequantize ops run on their own.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.apple.calibration.profile import chip_parameters
 from mlbench.backends.apple.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
+from mlbench.backends.apple.compression_rules import op_adjustment, variant_kind
 from mlbench.backends.apple.cost.base import DTYPE_BITS
 from mlbench.records import Band, Metric
 
@@ -37,7 +40,7 @@ if TYPE_CHECKING:
     from mlbench.backends.apple.calibration.profile import LoadedProfile
     from mlbench.records import Placement
 
-__all__ = ["Estimate", "estimate_latency", "latency_band", "latency_metrics"]
+__all__ = ["Estimate", "LatencyTerms", "estimate_latency", "latency_band", "latency_metrics", "latency_terms"]
 
 METRIC_PREFIX = "latency.estimated."
 NOT_CALIBRATED = "the latency model is not calibrated: run benchmarks/calibrate_latency.py"
@@ -54,6 +57,7 @@ class Estimate:
     fixed_ms: float = 0.0
     switches: int = 0
     unplaced_ops: int = 0  # ops the placement did not place: counted on the preferred device
+    rules: list[str] = field(default_factory=list)  # the compression rules that changed some op
 
 
 def output_bytes(layer: LayerInfo) -> int:
@@ -68,7 +72,8 @@ def output_bytes(layer: LayerInfo) -> int:
 
 
 def compute_dtype(layer: LayerInfo, device: str, program_fp16: bool, int8_activations: bool) -> str:
-    """The arithmetic an op runs at: its output's float type; the Neural Engine never runs fp32."""
+    """The arithmetic an op runs at: its output's float type; the Neural Engine never runs fp32 (int8 where a
+    compression rule says so)."""
     if device == "neural_engine":
         return "int8" if int8_activations else "fp16"
     if layer.output_dtype in ("fp16", "fp32"):
@@ -76,40 +81,87 @@ def compute_dtype(layer: LayerInfo, device: str, program_fp16: bool, int8_activa
     return "fp16" if program_fp16 else "fp32"
 
 
-def op_seconds(layer: LayerInfo, device: str, dtype: str, chip: ChipProfile, params: Parameters) -> float:
-    """Roofline time of one op on its device, without dispatch."""
-    terms = [0.0]
-    if layer.flops is not None:
-        terms.append(layer.flops / (chip.peak(device, dtype) * params.efficiency[device]))
-    if layer.bytes is not None:
-        terms.append(layer.bytes / (chip.memory.bandwidth * params.bandwidth_factor[device]))
-    return max(terms)
+@dataclass
+class LatencyTerms:
+    """What an estimate of one program, placement and chip is made of before the fitted parameters come in: per op
+    its device, its FLOPs over the peak and its bytes over the bandwidth (seconds at efficiency and bandwidth
+    factor 1), and the compression rules' time factor; dispatches per device; the switches. The calibration
+    evaluates these for many parameter sets, so the rules and lookups run once."""
+
+    device: Any  # numpy int array: index into DEVICES per costed op
+    flop_s: Any
+    byte_s: Any
+    time_factor: Any
+    dispatches: Any  # per device
+    switch_s: float
+    switches: int
+    unplaced_ops: int
+    rules: list[str]
+
+    def parts(self, params: Parameters) -> tuple[Any, float, float]:
+        """(seconds per device, dispatch ms, switch ms) under `params`."""
+        import numpy as np
+
+        eff = np.array([params.efficiency[d] for d in DEVICES])[self.device]
+        factor = np.array([params.bandwidth_factor[d] for d in DEVICES])[self.device]
+        seconds = np.maximum(self.flop_s / eff, self.byte_s / factor) * self.time_factor
+        per_device = np.bincount(self.device, weights=seconds, minlength=len(DEVICES))
+        dispatch = float(self.dispatches @ np.array([params.dispatch_ms[d] for d in DEVICES]))
+        return per_device, dispatch, 1e3 * self.switch_s + self.switches * params.switch_overhead_ms
+
+    def total_ms(self, params: Parameters) -> float:
+        per_device, dispatch, switch = self.parts(params)
+        return 1e3 * float(per_device.sum()) + dispatch + switch + params.fixed_ms
 
 
-def estimate_latency(analysis: ProgramAnalysis, placement: Placement, chip: ChipProfile,
-                     params: Parameters) -> Estimate:
-    """The latency of one prediction of `analysis` placed as `placement`, on `chip`."""
+def latency_terms(analysis: ProgramAnalysis, placement: Placement, chip: ChipProfile) -> LatencyTerms:
+    """The parameter-free part of `estimate_latency` (see LatencyTerms)."""
+    import numpy as np
+
     layers = analysis.layers
     by_name = {layer.name: layer for layer in layers}
     aligned = len(placement.ops) == len(layers)
     fallback = placement.preferred or "cpu"
     program_fp16 = analysis.precision in ("FLOAT16", "MIXED")
     int8_activations = "quantize" in analysis.op_counts  # W8A8: activations quantized in the program
-    estimate = Estimate(total_ms=0.0, compute_ms=dict.fromkeys(DEVICES, 0.0), fixed_ms=params.fixed_ms)
+    device_ix, flop_s, byte_s, factors, rules = [], [], [], [], []
+    dispatches = [0] * len(DEVICES)
+    switch_s, switches, unplaced = 0.0, 0, 0
     previous: tuple[str, LayerInfo] | None = None
     for i, op in enumerate(placement.ops):
         layer = by_name.get(op.name) or (layers[i] if aligned else None)
         if layer is None:
             continue
         device = op.device if op.device in DEVICES else fallback
-        estimate.unplaced_ops += op.device is None
-        dtype = compute_dtype(layer, device, program_fp16, int8_activations)
-        estimate.compute_ms[device] += 1e3 * op_seconds(layer, device, dtype, chip, params)
-        estimate.dispatch_ms += params.dispatch_ms[device]
+        unplaced += op.device is None
+        adj = op_adjustment(layer, device, chip, int8_activations)
+        rules += [rule for rule in adj.rules if rule not in rules]
+        if adj.free:  # a quantize/dequantize fused into its neighbour
+            continue
+        dtype = compute_dtype(layer, device, program_fp16, adj.int8)
+        device_ix.append(DEVICES.index(device))
+        flop_s.append(layer.flops / chip.peak(device, dtype) if layer.flops is not None else 0.0)
+        byte_s.append((layer.bytes * adj.bytes_factor + adj.extra_bytes) / chip.memory.bandwidth
+                      if layer.bytes is not None else 0.0)
+        factors.append(adj.time_factor)
+        dispatches[DEVICES.index(device)] += 1
         if previous is not None and previous[0] != device:
-            estimate.switches += 1
-            estimate.switch_ms += 1e3 * output_bytes(previous[1]) / chip.memory.bandwidth + params.switch_overhead_ms
+            switches += 1
+            switch_s += output_bytes(previous[1]) / chip.memory.bandwidth
         previous = (device, layer)
+    return LatencyTerms(device=np.array(device_ix, dtype=int), flop_s=np.array(flop_s), byte_s=np.array(byte_s),
+                        time_factor=np.array(factors), dispatches=np.array(dispatches, dtype=float),
+                        switch_s=switch_s, switches=switches, unplaced_ops=unplaced, rules=rules)
+
+
+def estimate_latency(analysis: ProgramAnalysis, placement: Placement, chip: ChipProfile,
+                     params: Parameters) -> Estimate:
+    """The latency of one prediction of `analysis` placed as `placement`, on `chip`."""
+    terms = latency_terms(analysis, placement, chip)
+    per_device, dispatch, switch = terms.parts(params)
+    estimate = Estimate(total_ms=0.0, compute_ms={d: 1e3 * float(v) for d, v in zip(DEVICES, per_device)},
+                        dispatch_ms=dispatch, switch_ms=switch, fixed_ms=params.fixed_ms, switches=terms.switches,
+                        unplaced_ops=terms.unplaced_ops, rules=terms.rules)
     estimate.total_ms = (sum(estimate.compute_ms.values()) + estimate.dispatch_ms + estimate.switch_ms
                          + estimate.fixed_ms)
     return estimate
@@ -141,17 +193,36 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
     fit = calibration()
     metrics: dict[str, Metric] = {}
     parts: dict[str, dict] = {}
+    kind = variant_kind(analysis)
     for chip_id in chip_ids:
         name = METRIC_PREFIX + chip_id
         if fit is None:
             metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
             continue
         params, band = chip_parameters(fit, chip_id, calibrations)
+        if calibrations is None or chip_id not in calibrations:
+            band = compressed_band(fit, kind, band or latency_band(fit))
         estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
         metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
                                band=band or latency_band(fit),
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
-                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name}
+                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name,
+                          "rules": estimate.rules, "kind": kind, "order_evidence": fit.order_evidence}
     return metrics, parts
+
+
+def compressed_band(fit: Fit, kind: str, band: Band) -> Band:
+    """A compressed variant's band: the compressed rows' own leave-one-out, not the pooled one; on a chip without
+    rows, the wider of that and the chip's leave-one-chip-out band, naming both."""
+    if kind in ("float16", "float32") or fit.compressed_median_ratio is None or fit.compressed_worst_ratio is None:
+        return band
+    words = (f"{kind} variant: the compressed calibration rows, each predicted by a fit without it "
+             f"(×{fit.compressed_median_ratio:.2f} typical, ×{fit.compressed_worst_ratio:.2f} worst)")
+    if "uncalibrated chip" in band.basis:
+        return Band(median_ratio=max(band.median_ratio, fit.compressed_median_ratio),
+                    worst_ratio=max(band.worst_ratio, fit.compressed_worst_ratio),
+                    basis=f"{band.basis}; and, wider where it is, {words}")
+    return Band(median_ratio=fit.compressed_median_ratio, worst_ratio=fit.compressed_worst_ratio,
+                basis=f"{words}; calibrated {fit.date}")

@@ -30,7 +30,7 @@ SPEC = BackendSpec(
         configure="mlbench.backends.coreml.inspect:configure",
         run="mlbench.backends.coreml.inspect:run",
     ),
-    rules="mlbench.backends.apple.placement_rules:rule_table",
+    rules="mlbench.backends.apple.compression_rules:apple_rule_table",
     commands=("mlbench.backends.coreml.calibrate_command:register",),
     order=1,
 )

@@ -89,8 +89,19 @@ def latency_section(records: Sequence[RunRecord]) -> list[str]:
 def ship_section(records: Sequence[RunRecord]) -> list[str]:
     """Per model, latency beside size beside error: which variant to ship."""
     width, label = _label(records)
-    charts = [f'<h3 class="model">{escape(model)}</h3>' + ship_chart(rows, label, width)
-              for model, rows in by_model(records).items() if wanted(rows)]
+    from mlbench.report.estimate_order import order_statements
+
+    charts = []
+    for model, rows in by_model(records).items():
+        order = order_statements(rows)
+        if not wanted(rows) and not order:
+            continue
+        chart = ship_chart(rows, label, width) if wanted(rows) else ""
+        items = "".join(f'<li class="order {s.confidence.replace(" ", "-")}">{escape(s.text())}</li>' for s in order)
+        listing = (f'<p class="note">Estimated order, per chip (each variant against the next slower one; confidence '
+                   f'from how often the calibration ordered published pairs of the same kinds alike):</p>'
+                   f'<ul class="estimated-order">{items}</ul>') if order else ""
+        charts.append(f'<h3 class="model">{escape(model)}</h3>' + chart + listing)
     return [ship_legend(), *charts] if charts else []
 
 

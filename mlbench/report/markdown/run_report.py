@@ -219,8 +219,26 @@ def model_table(model: str, records: list[RunRecord], max_columns: int = MAX_COL
     vs_eager = (f"_vs eager_: {REFERENCE} median ÷ this median (higher is faster)." if baseline else
                 "_vs eager_: see the generation table (decode per token at each prompt length)." if generation else
                 f"_vs eager_: no {REFERENCE} baseline ran for this model.")
-    return lines + [vs_eager, "",
-                    *render_column_notes(records, extra_columns(records)), *placement_legend(records), *generation]
+    return lines + [vs_eager, "", *render_column_notes(records, extra_columns(records)), *placement_legend(records),
+                    *estimated_order(records), *generation]
+
+
+ORDER_LINES = 8  # a PR comment keeps this many order statements per model; the HTML report has them all
+
+
+def estimated_order(records: list[RunRecord]) -> list[str]:
+    """Which variant the estimates say is faster on each chip, and how far that order can be trusted."""
+    from mlbench.report.estimate_order import order_statements
+
+    statements = order_statements(records)
+    if not statements:
+        return []
+    lines = [f"_Estimated order_ ({ESTIMATE_MARK}, per chip, each variant against the next slower one; confidence "
+             "from how often the calibration's estimates ordered published pairs of the same kinds alike):", ""]
+    lines += [f"- {md_cell(s.text())}" for s in statements[:ORDER_LINES]]
+    if len(statements) > ORDER_LINES:
+        lines.append(f"- … and {len(statements) - ORDER_LINES} more in the HTML report")
+    return [*lines, ""]
 
 
 def placement_legend(records: list[RunRecord]) -> list[str]:

@@ -321,7 +321,7 @@ def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(wri
     assert m1pro.band.basis == ("m1pro (calibrated on 42 measured runs, LOO ×1.08; macOS 15.1, profile "
                                 "m1pro-macos-15.1.yaml)")
     assert (m1pro.band.median_ratio, m1pro.band.worst_ratio) == (1.08, 1.4)
-    assert a17pro.band.basis.startswith("uncalibrated chip: no calibration row on the chip")
+    assert a17pro.band.basis.startswith("uncalibrated chip (a17pro): no calibration row on the chip")
     relu = [op for op in record.placement.ops if op.op_type == "relu"]
     assert relu and all((op.device, op.rule) == ("gpu", "observed") for op in relu)
     assert relu[0].reason == "observed on M1 Pro (macOS 15.1): 3 of 4 such ops ran on the gpu"
@@ -335,7 +335,7 @@ def test_a_linux_run_with_calibration_estimates_from_the_profile_and_says_so(wri
     (tmp_path / "profiles" / "m1pro-macos-15.1.yaml").unlink()
     path.write_text(PIPELINE.replace("    calibration: profiles/\n", ""), encoding="utf-8")
     (plain,) = run(load_pipeline(path)).records
-    assert plain.metrics["latency.estimated.m1pro"].band.basis.startswith("9 published Core ML latencies (m1pro ")
+    assert plain.metrics["latency.estimated.m1pro"].band.basis.startswith(f"{len(calibration().rows)} published Core ML latencies (m1pro ")
     assert "observed" not in {op.rule for op in plain.placement.ops}
 
 

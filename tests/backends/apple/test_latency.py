@@ -69,13 +69,15 @@ def test_placement_decides_the_device_and_float32_pays_the_cpu_rate():
 
 def test_every_chip_has_every_number_with_a_source():
     chips = load_chip_file()
-    assert set(chips.chips) == {"a14", "a15", "a16", "a17pro", "a18pro", "m1", "m1pro", "m1max", "m2", "m3", "m3max",
-                                "m4"}
+    assert set(chips.chips) == {"a14", "a15", "a16", "a17pro", "a18", "a18pro", "a19", "a19pro", "m1", "m1pro", "m1max",
+                                "m2", "m3", "m3pro", "m3max", "m3ultra", "m4", "m4pro", "m4max", "m5"}
+    assert all(p.neural_engine.generation for p in chips.chips.values())
     for chip in chips.chips.values():
         for group in (chip.neural_engine, chip.gpu, chip.cpu, chip.memory):
             assert group.source.strip() and group.confidence in ("high", "medium", "low")
     # int8 activations are faster only from A17 Pro / M4 on (Apple's coremltools guide)
-    assert {c for c, p in chips.chips.items() if p.neural_engine.flops_int8} == {"a17pro", "a18pro", "m4"}
+    assert {c for c, p in chips.chips.items() if p.neural_engine.flops_int8} == {
+        "a17pro", "a18", "a18pro", "a19", "a19pro", "m4", "m4pro", "m4max", "m5"}
     fit = calibration()
     assert fit is not None and set(fit.parameters.efficiency) == set(DEVICES)
     assert 1 <= fit.median_ratio <= fit.worst_ratio and fit.rows
@@ -108,8 +110,9 @@ def test_unknown_chip_is_a_one_line_error_with_its_place(write_pipeline):
     with pytest.raises(Exception) as info:
         load_pipeline(path)
     assert str(info.value) == (
-        f"{path}:11:27: targets[0].estimate_on[1]: unknown chip 'a17'; did you mean 'a17pro'? (known: a14, a15, "
-        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4; add your own under chip_profiles)")
+        f"{path}:11:27: targets[0].estimate_on[1]: unknown chip 'a17'; did you mean 'a19'? (known: a14, a15, "
+        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4, a18, a19, a19pro, m3pro, m3ultra, m4pro, m4max, m5; "
+        "add your own under chip_profiles)")
 
 
 def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):
@@ -141,8 +144,10 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
     assert not any(name.startswith("latency.estimated.") for r in result.records if r.backend == "torch"
                    for name in r.metrics)
     by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in coreml}
-    assert by_id["tiny/coreml/float16/all/none"] < by_id["tiny/coreml/float32/cpu_only/none"]
+    # a 32x32 CNN: the fixed cost per prediction dominates every variant, so no order is claimed between them
+    assert max(by_id.values()) / min(by_id.values()) < 1.10, by_id
     markdown = (folder / "out" / "report.md").read_text()
+    assert "_Estimated order_" in markdown and " on m1: too close to call (≈" in markdown
     assert "| ≈ms a17pro |" in markdown and "≈ms m1" in markdown
     cells: dict[str, str] = {}  # the row's cells by column, in the main table and the folded one
     for line in markdown.splitlines():
@@ -151,7 +156,10 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
         elif line.startswith("| `coreml/float16/all/none`"):
             cells.update(zip(names, (c.strip() for c in line.split("|"))))
     assert cells["≈ms a17pro"].startswith("≈") and cells["≈ms m1"].startswith("≈")
-    assert "_≈ms a17pro_, _≈ms m1_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    # each chip's band on its own line: m1 has calibration rows (Stable Diffusion's), a17pro has none
+    assert "_≈ms a17pro_: Core ML latency estimated for that Apple chip" in markdown and "at worst" in markdown
+    assert "_≈ms m1_: Core ML latency estimated for that Apple chip" in markdown
+    assert "(uncalibrated chip (a17pro): no calibration row on the chip" in markdown
     from mlbench.report.html.page import render_html
     from tests.report.html.test_parity import missing_from_html
 

@@ -158,7 +158,9 @@ def test_operations_with_no_device_in_a_compute_plan_count_as_unknown():
 def test_rules_command_lists_every_rule_with_its_source(capsys):
     assert main(["rules", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["coreml"]
-    assert [r["id"] for r in rows] == list(load_rules())
+    from mlbench.backends.apple.compression_rules import load_compression_rules
+
+    assert [r["id"] for r in rows] == [*load_rules(), *load_compression_rules()]  # placement, then compression
     assert all(r["source"] and r["confidence"] in ("high", "medium", "low") for r in rows)
     by_id = {r["id"]: r for r in rows}
     assert by_id["flexible-layer-norm"]["applies_to"] == "layer_norm when flexible_input=True, rank=3 (max iOS16)"

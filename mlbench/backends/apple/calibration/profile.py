@@ -7,12 +7,13 @@ Pydantic and YAML only: the fit itself lives in ``fitting`` (it needs the estima
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from mlbench.backends.apple.chips import ChipId, Fit, Parameters
+from mlbench.backends.apple.chips import ChipId, ChipProfile, Fit, Parameters, builtin_chips
 from mlbench.config.base import StrictModel
 from mlbench.errors import UserError
 from mlbench.records import Band
@@ -139,19 +140,82 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
     loaded = (profiles or {}).get(chip_id)
     if loaded is not None:
         return loaded.profile.parameters, loaded.profile.band(loaded.path.name)
+    chips = builtin_chips()
     own = fit.per_chip.get(chip_id)
     if own is not None:
-        shared = fit.calibrated or fit.parameters
-        params = shared.model_copy(update={"fixed_ms": own.fixed_ms,
-                                           "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms}})
+        params = transferred(fit, chip_id, chips) if own.fixed_ms is None else _own(fit, chip_id)
         return params, _shipped_band(fit, f"{chip_id} calibrated on {own.rows} of them ({own.os})")
-    if fit.per_chip and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
-        return fit.parameters, Band(
+    donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
+    if donor is not None and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
+        params = transferred(fit, chip_id, chips)
+        over = ", ".join(fit.uncalibrated_chips) or ", ".join(sorted(fit.per_chip))
+        speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
+        engine = (f"; its Neural Engine's efficiency from {speed}" if speed is not None and speed != donor else "")
+        return params, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
-            basis=f"{UNCALIBRATED}: no calibration row on the chip, so one set of parameters pooled over the "
-            f"other chips' rows; band from predicting each calibrated chip's rows by a pooled fit without any of "
-            f"them; calibrated {fit.date}")
+            basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so its fixed and per-op costs carry "
+            f"from {donor} (nearest calibrated Neural Engine generation), scaled by the two chips' published Neural "
+            f"Engine peaks{engine}; band: leave-one-chip-out over {over} (each chip's rows predicted by a fit "
+            f"without them); calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
+
+
+def _deciding(fit: Fit, what: str) -> list[str]:
+    """The calibrated chips whose rows decided their fixed cost (`fixed`) or their Neural Engine's efficiency."""
+    if what == "fixed":
+        return sorted(c for c, f in fit.per_chip.items() if f.fixed_ms is not None)
+    return sorted(c for c, f in fit.per_chip.items() if "neural_engine" in f.efficiency)
+
+
+def _own(fit: Fit, chip_id: str) -> Parameters:
+    """A calibrated chip's parameters: the shared ones under its own fixed cost, dispatch and efficiencies."""
+    own = fit.per_chip[chip_id]
+    shared = fit.calibrated or fit.parameters
+    return shared.model_copy(update={"fixed_ms": own.fixed_ms if own.fixed_ms is not None else shared.fixed_ms,
+                                     "dispatch_ms": {**shared.dispatch_ms, **own.dispatch_ms},
+                                     "efficiency": {**shared.efficiency, **own.efficiency}})
+
+
+def transfer_donor(chip_id: str, calibrated: list[str], chips: dict[str, ChipProfile]) -> str | None:
+    """The calibrated chip whose costs carry to `chip_id`: the nearest Neural Engine generation (an older one on
+    a tie, then the same kind of device: phone chips A*, Mac chips M*), then the nearest published peak."""
+    target = chips.get(chip_id)
+    if target is None or target.generation_index is None:
+        return None
+    scored = []
+    for other in calibrated:
+        profile = chips.get(other)
+        if profile is None or profile.generation_index is None or other == chip_id:
+            continue
+        gap = profile.generation_index - target.generation_index
+        peak = abs(math.log(profile.neural_engine.flops_fp16 / target.neural_engine.flops_fp16))
+        scored.append((abs(gap), gap > 0, other[0] != chip_id[0], peak, other))
+    return min(scored)[-1] if scored else None
+
+
+def transferred(fit: Fit, chip_id: str, chips: dict[str, ChipProfile]) -> Parameters:
+    """What `chip_id` takes from calibrated chips where its own rows decide nothing (or it has none): the fixed
+    and per-op Neural Engine costs of the nearest calibrated generation whose rows decided them, scaled by the
+    ratio of the two chips' published Neural Engine peaks (a faster engine runs its fixed work faster), and the
+    Neural Engine efficiency of the nearest generation whose rows decided that. Its own fitted values stay."""
+    shared = fit.calibrated or fit.parameters
+    params = shared
+    donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
+    if donor is not None:
+        costs = _own(fit, donor)
+        scale = chips[donor].neural_engine.flops_fp16 / chips[chip_id].neural_engine.flops_fp16
+        dispatch = dict(costs.dispatch_ms)
+        dispatch["neural_engine"] = dispatch["neural_engine"] * scale
+        params = params.model_copy(update={"fixed_ms": (costs.fixed_ms * scale), "dispatch_ms": dispatch})
+    speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
+    if speed is not None:
+        efficiency = {**params.efficiency, "neural_engine": fit.per_chip[speed].efficiency["neural_engine"]}
+        params = params.model_copy(update={"efficiency": efficiency})
+    own = fit.per_chip.get(chip_id)
+    if own is not None:
+        params = params.model_copy(update={"dispatch_ms": {**params.dispatch_ms, **own.dispatch_ms},
+                                           "efficiency": {**params.efficiency, **own.efficiency}})
+    return params
 
 
 def _shipped_band(fit: Fit, which: str | None) -> Band:

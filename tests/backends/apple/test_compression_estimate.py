@@ -1,0 +1,151 @@
+"""Compression in the latency estimate (compression_rules.yaml), the costs that carry to chips without
+calibration rows, and their leave-one-chip-out band (issue 36)."""
+
+from __future__ import annotations
+
+from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, Totals
+from mlbench.backends.apple.calibration.profile import chip_parameters, transfer_donor
+from mlbench.backends.apple.chips import builtin_chips, calibration
+from mlbench.backends.apple.compression_rules import apple_rule_table, load_compression_rules
+from mlbench.backends.apple.latency import estimate_latency, latency_metrics
+from mlbench.records import OpPlacement, Placement
+from mlbench.validate import load_pipeline
+from tests.conftest import ROOT
+
+CONV = {"op_type": "conv", "output_dtype": "fp16", "output_shape": [1, 256, 28, 28], "flops": 2 * 256 * 256 * 9 * 784,
+        "params": 256 * 256 * 9}
+
+
+def program(kind: str, blocks: int = 8) -> tuple[ProgramAnalysis, Placement]:
+    """`blocks` 3x3 convs, 256 channels at 28x28, stored as float16, palettized to 4 bits, or W8A8 (each conv
+    between a quantize and a dequantize, weights int8); every op on the Neural Engine."""
+    activations = 2 * 2 * 256 * 784  # float16 input and output
+    layers: list[LayerInfo] = []
+    for i in range(blocks):
+        params = CONV["params"]
+        weights = {"float16": 2 * params, "palettize4": params // 2 + 16 * 2, "w8a8": params}[kind]
+        storage = {"float16": "fp16", "palettize4": "lut_to_dense(uint4 indices, fp16 lut)",
+                   "w8a8": "affine_dequantize(int8 quantized_data, fp16 scale)"}[kind]
+        if kind == "w8a8":
+            layers.append(LayerInfo(name=f"q_{i}", op_type="quantize", output_dtype="int8",
+                                    output_shape=[1, 256, 28, 28], flops=256 * 784, bytes=3 * 256 * 784))
+        layers.append(LayerInfo(name=f"conv_{i}", **{**CONV, "bytes": activations + weights, "weight_bytes": weights,
+                                                     "weight_storage": storage}))
+        if kind == "w8a8":
+            layers.append(LayerInfo(name=f"dq_{i}", op_type="dequantize", output_dtype="fp16",
+                                    output_shape=[1, 256, 28, 28], flops=256 * 784, bytes=3 * 256 * 784))
+    counts: dict[str, int] = {}
+    for layer in layers:
+        counts[layer.op_type] = counts.get(layer.op_type, 0) + 1
+    analysis = ProgramAnalysis(
+        path="x.mlpackage", model_type="mlProgram", spec_version=8, precision="FLOAT16", op_counts=counts,
+        const_count=0, layers=layers, package_size_bytes=1, inputs=[], outputs=[],
+        totals=Totals(compute_ops=len(layers), const_ops=0, weight_ops=0, params=0, weight_bytes=0, macs=1,
+                      flops=None, macs_complete=True))
+    placement = Placement(source="estimated", method="test", preferred="neural_engine", compute_ops=len(layers),
+                          constants=0, by_count={"neural_engine": 1.0}, switches=0,
+                          ops=[OpPlacement(name=x.name, op_type=x.op_type, device="neural_engine") for x in layers])
+    return analysis, placement
+
+
+def ms(kind: str, chip_id: str) -> float:
+    fit = calibration()
+    assert fit is not None
+    params, _band = chip_parameters(fit, chip_id)
+    return estimate_latency(*program(kind), builtin_chips()[chip_id], params).total_ms
+
+
+def test_w8a8_is_faster_than_float16_on_a17pro_but_not_on_a14():
+    assert ms("w8a8", "a17pro") < ms("float16", "a17pro")
+    assert ms("w8a8", "a14") >= ms("float16", "a14")
+    analysis, placement = program("w8a8")
+    fit = calibration()
+    assert fit is not None
+    newer = estimate_latency(analysis, placement, builtin_chips()["a17pro"], chip_parameters(fit, "a17pro")[0])
+    older = estimate_latency(analysis, placement, builtin_chips()["a14"], chip_parameters(fit, "a14")[0])
+    assert newer.rules == ["w8a8_int8_activation_traffic", "w8a8_int8_compute",
+                           "compressed_weights_read_at_stored_size"]
+    assert older.rules == ["w8a8_unfused_before_a16", "compressed_weights_read_at_stored_size"]
+
+
+def test_palettization_is_not_slower_than_float16_on_a16():
+    assert ms("palettize4", "a16") <= ms("float16", "a16")
+
+
+def test_grouped_tables_cost_time():
+    analysis, placement = program("palettize4")
+    grouped = analysis.model_copy(deep=True)
+    for layer in grouped.layers:  # 64 tables of 16 float16 entries per weight instead of one
+        layer.weight_bytes = (layer.weight_bytes or 0) + 63 * 16 * 2
+    chip, params = builtin_chips()["a16"], chip_parameters(calibration(), "a16")[0]  # type: ignore[arg-type]
+    plain, costly = estimate_latency(analysis, placement, chip, params), estimate_latency(grouped, placement, chip,
+                                                                                         params)
+    assert costly.total_ms > plain.total_ms and "grouped_palettization_costs_time" in costly.rules
+
+
+def test_a_chip_without_rows_gets_the_leave_one_chip_out_band_and_names_it():
+    fit = calibration()
+    assert fit is not None and "a19pro" not in fit.per_chip
+    _params, band = chip_parameters(fit, "a19pro")
+    assert band is not None
+    assert (band.median_ratio, band.worst_ratio) == (fit.uncalibrated_median_ratio, fit.uncalibrated_worst_ratio)
+    assert band.basis.startswith("uncalibrated chip (a19pro): ") and "leave-one-chip-out over " in band.basis
+    donor = transfer_donor("a19pro", sorted(fit.per_chip), builtin_chips())
+    assert donor in fit.per_chip and f"carry from {donor} " in band.basis
+
+
+def test_the_costs_carry_from_the_nearest_generation():
+    chips = builtin_chips()
+    assert transfer_donor("m3", ["a14", "a16", "m1pro"], chips) == "a16"  # same generation (A16/M3)
+    assert transfer_donor("a15", ["a14", "a16", "m1pro"], chips) == "a14"  # a tie goes to the older one
+    assert transfer_donor("m1max", ["a14", "a16", "m1pro"], chips) == "m1pro"  # same generation, a Mac
+    assert transfer_donor("unknown", ["a14"], chips) is None
+
+
+def test_estimate_on_a19pro_and_m4max_validates_and_estimates(write_pipeline):
+    text = f"""\
+version: 1
+name: est
+models:
+  - name: tiny
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
+targets:
+  - backend: coreml
+    precision: [float16]
+    estimate_on: [a19pro, m4max]
+report: {{dir: out}}
+"""
+    pipeline = load_pipeline(write_pipeline(text))
+    assert pipeline.config.targets[0].estimate_on == ["a19pro", "m4max"]
+    metrics, parts = latency_metrics(*program("float16"), ["a19pro", "m4max"])
+    for chip in ("a19pro", "m4max"):
+        metric = metrics[f"latency.estimated.{chip}"]
+        assert metric.source == "estimated" and metric.value and metric.value > 0
+        assert metric.band is not None and metric.band.basis.startswith(f"uncalibrated chip ({chip})")
+        assert parts[chip]["chip"] == builtin_chips()[chip].name
+
+
+def test_mlbench_rules_lists_every_compression_rule_with_its_source():
+    rows = {row["id"]: row for row in apple_rule_table()}
+    for rule_id in load_compression_rules():
+        row = rows[rule_id]
+        assert row["kind"] == "latency" and row["source"] and row["confidence"] in ("high", "medium", "low")
+
+
+def test_a_compressed_variant_carries_the_compressed_rows_band_and_its_kind():
+    fit = calibration()
+    assert fit is not None and fit.compressed_median_ratio is not None and fit.compressed_worst_ratio is not None
+    metrics, parts = latency_metrics(*program("palettize4"), ["a16", "a19pro"])
+    calibrated = metrics["latency.estimated.a16"].band
+    assert calibrated is not None
+    assert (calibrated.median_ratio, calibrated.worst_ratio) == (fit.compressed_median_ratio,
+                                                                  fit.compressed_worst_ratio)
+    assert calibrated.basis.startswith("palettized variant: the compressed calibration rows, each predicted by a fit "
+                                       "without it")
+    uncalibrated = metrics["latency.estimated.a19pro"].band
+    assert uncalibrated is not None and uncalibrated.basis.startswith("uncalibrated chip (a19pro)")
+    assert uncalibrated.worst_ratio == max(fit.uncalibrated_worst_ratio or 0, fit.compressed_worst_ratio)
+    assert parts["a16"]["kind"] == "palettized" and parts["a16"]["order_evidence"] == fit.order_evidence
+    plain, _ = latency_metrics(*program("float16"), ["a16"])
+    assert plain["latency.estimated.a16"].band != calibrated  # float16 keeps the chip's own band
