@@ -49,6 +49,15 @@ class LatencySettings(StrictModel):
         return self
 
 
+class MemorySettings(StrictModel):
+    rounds: int = Field(
+        default=3, ge=1, le=100,
+        description="Load-and-predict rounds that memory.load and memory.peak are measured over: the figure is their "
+        "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
+        "moves by whole activation buffers with the allocator's state. The first round is the timed one; each "
+        "other loads again and makes the first call and the warmup calls (untimed).")
+
+
 class LimitSettings(Limits):
     """Limits on the child processes that export and measure; a target's own `limits:` overrides them."""
 
@@ -207,6 +216,7 @@ class PipelineConfig(StrictModel):
         default_factory=dict, description="Named weight-compression recipes, referred to by targets' `optimize`."
     )
     latency: LatencySettings = Field(default_factory=LatencySettings)
+    memory: MemorySettings = Field(default_factory=MemorySettings)
     verify: VerifySettings = Field(default_factory=VerifySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     cache: CacheSettings = Field(default_factory=CacheSettings)

@@ -228,6 +228,7 @@ class Runner:
             pipeline=PipelineInfo(name=self.config.name, path=str(self.pipeline.path), sha256=self.pipeline.sha256),
             machine=machine,
             settings={"latency": self.config.latency.model_dump(mode="json"),
+                      "memory": self.config.memory.model_dump(mode="json"),
                       "verify": self.config.verify.model_dump(mode="json"), "seed": self.config.seed},
             records=records,
             artifacts={r.artifact.key: self.artifacts[r.artifact.key] for r in records

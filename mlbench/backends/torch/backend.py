@@ -16,7 +16,7 @@ from typing import Any
 from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, runtime_metrics
 from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
-from mlbench.memory import MemoryMeter, absent_memory
+from mlbench.memory import MemoryMeter, MemoryRounds, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.timing import time_calls, time_once
@@ -80,22 +80,24 @@ class TorchBackend(Backend):
         device, precision = variant.axis("device"), variant.axis("precision")
         if model.spec.generate is not None:
             return self._measure_generation(model, exported, variant)
+        settings = self.config.latency
+        rounds = MemoryRounds(self.config.memory.rounds, 1 + settings.warmup, EAGER_LOAD)
         meter = MemoryMeter.start()
         call = self._prepare(model, exported, variant)
         meter.loaded()
         try:
             with self._settings():
                 first_ms, output = time_once(call)
-                settings = self.config.latency
                 latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                      min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                                      threads=torch.get_num_threads() if device == "cpu" else None)
-            memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
-                      absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
+                memory = (rounds.measure(meter.metrics(load_reason=EAGER_LOAD),
+                                         lambda: self._prepare(model, exported, variant)) if device == "cpu" else
+                          absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details = {"memory": meter.facts()}
+        details = {"memory": {**meter.facts(), **(rounds.facts() if device == "cpu" else {})}}
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})
