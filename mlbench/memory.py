@@ -11,10 +11,11 @@ A backend's measurement brackets its phases with a `MemoryMeter`:
 
 One round's figures move by whole buffers with the allocator's state (which freed chunks it reuses, which it
 hands back), within one process as across runs: resnet18's eager peak read 23.6 to 48.7 MB over four identical
-runs. So a backend measures `memory.rounds` load-and-predict rounds (`MemoryRounds`): the first is the timed
-one, each other loads again and makes the first and warmup calls; each figure is the rounds' median, with the
-rounds' values as its `samples` and their largest minus smallest as its `spread`, which widens compare's noise
-floor (`mlbench/compare/trust.py`).
+runs, yet rounds repeated in one process mostly agree (the state settles per process). So the run measures
+`memory.rounds` rounds, each in a process of its own: the timed one, then `Backend.memory_round` (a load, its
+first call and the warmup calls, `MemoryRound`) in fresh children (`mlbench/run/memory_rounds.py`). Each
+figure is the rounds' median (`median_of_rounds`), with the rounds' values as its `samples` and their largest
+minus smallest as its `spread`, which widens compare's noise floor (`mlbench/compare/trust.py`).
 
 Nothing here runs inside the timing loop: each read is one small file read (Linux) or one system call
 (macOS) before or after it, so `benchmarks/harness_overhead.py` sees the same loop as before.
@@ -36,8 +37,8 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import sys
 import statistics
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -255,30 +256,30 @@ class MemoryMeter:
                         "before loading; read outside the timed loop"}
 
 
-ROUNDS_NOTE = ("memory.load and memory.peak: the median over {n} load-and-predict rounds (samples: each round's "
-               "figure; spread: the largest minus the smallest), the first round the timed one, each other a fresh "
-               "load, its first call and {calls} warmup calls")
+ROUNDS_NOTE = ("memory.load and memory.peak: the median over {n} load-and-predict rounds, each in a process of "
+               "its own (samples: each round's figure, the timed round's first; spread: the largest minus the "
+               "smallest)")
 
 
 def median_of_rounds(rounds: list[dict[str, Metric]]) -> dict[str, Metric]:
     """Each memory figure as the median of the rounds that measured it, with the rounds' values (`samples`) and
-    their spread (largest minus smallest); a figure no round measured stays as the first round gave it."""
+    their spread (largest minus smallest); a figure fewer than two rounds measured stays as the first gave it."""
     merged = dict(rounds[0])
     for name in ("memory.load", "memory.peak"):
-        values = [float(r[name].value) for r in rounds if name in r and r[name].value is not None]
-        if len(values) < 2 or merged.get(name) is None or merged[name].value is None:
+        values = [float(v) for r in rounds if (m := r.get(name)) is not None and (v := m.value) is not None]
+        first = merged.get(name)
+        if len(values) < 2 or first is None or first.value is None:
             continue
-        merged[name] = merged[name].model_copy(update={"value": float(statistics.median(values)), "samples": values,
-                                                       "spread": max(values) - min(values)})
+        merged[name] = first.model_copy(update={"value": float(statistics.median(values)), "samples": values,
+                                                "spread": max(values) - min(values)})
     return merged
 
 
 @dataclass
-class MemoryRounds:
-    """The extra rounds after the timed one: `load` builds what a round predicts with and returns its call (the
-    meter brackets it, as the timed round's does); the call is made `calls` times."""
+class MemoryRound:
+    """One untimed load-and-predict round, measured as the timed one is: `load` builds what it predicts with
+    and returns its call (the meter brackets it), then the call is made `calls` times."""
 
-    rounds: int
     calls: int
     load_reason: str | None = None
 
@@ -291,18 +292,6 @@ class MemoryRounds:
         figures = meter.metrics(load_reason=self.load_reason)
         del call
         return figures
-
-    def measure(self, first: dict[str, Metric], load: Callable[[], Callable[[], object]]) -> dict[str, Metric]:
-        """The timed round's figures (`first`) and `rounds - 1` more, as their medians; `first` alone where
-        this system has no probe (no more to read) or one round was asked for."""
-        if self.rounds < 2 or all(first[name].value is None for name in ("memory.load", "memory.peak")):
-            return first
-        return median_of_rounds([first, *(self.one(load) for _ in range(self.rounds - 1))])
-
-    def facts(self) -> dict[str, Any]:
-        """What a record's details say of the rounds."""
-        return {"rounds": self.rounds, "aggregate": "median", "spread": "max - min",
-                "rounds_note": ROUNDS_NOTE.format(n=self.rounds, calls=self.calls - 1)}
 
 
 def absent_memory(reason: str) -> dict[str, Metric]:

@@ -118,6 +118,11 @@ class Backend:
         """Time, verify and analyse one variant. Raise VariantSkipped when this machine can't."""
         raise NotImplementedError
 
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """One more load-and-predict round of `memory.load` and `memory.peak`, in a fresh child (the run asks for
+        `memory.rounds - 1` of them and records the median): None where this backend measures memory once."""
+        return None
+
     def measure_times(self, variant: Variant) -> bool:
         """Whether `measure` times anything on this machine. False lets a local run on several cores
         measure the variant beside the exports (other work cannot disturb what it finds); True, the

@@ -254,7 +254,7 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
 
 def _noise_floor(rule: Rule, d: MetricDelta, spread: float = 0.0) -> str | None:
     """The noise floor, in words, when a change rule's change lies within it (an allocator's noise): the
-    catalog's fixed floor, widened to the spread either run measured for the figure (`Metric.spread`); None
+    catalog's fixed floor, widened to the spreads both runs measured for the figure, summed (`Metric.spread`); None
     when the change is past it, or the metric has no floor."""
     known = info(rule.metric)
     if (known is None or known.noise_floor is None or rule.kind in ("above", "below") or d.base is None
@@ -305,8 +305,8 @@ def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[
 
 def _judge(rule: Rule, d: MetricDelta, base: RunRecord | None, head: RunRecord, v: dict[str, list],
            paired: dict[str, PairedChange] | None = None) -> None:
-    """`_check` the rule (its noise floor widened to the spread either side measured), unless a side's figure is
-    unreliable (`mlbench.compare.trust`): then it is inconclusive, with the reason."""
+    """`_check` the rule (its noise floor widened to the spreads both sides measured, summed), unless a side's
+    figure is unreliable (`mlbench.compare.trust`): then it is inconclusive, with the reason."""
     sides = unreliable_sides(rule.metric, base, head, (paired or {}).get(rule.metric),
                              rule.threshold if rule.kind == "relative" else None)
     if not sides:

@@ -14,6 +14,8 @@ after the child says ("ready",) once its imports are done (so no time limit pays
                                                        ← ("stage", subject, stage)* interleaved with
                                                          ("finished", record JSON, artifact, peak)*, then
                                                          ("done", None, stage_seconds)
+    → ("memory", WorkSpec, [Variant], threads | None) ← ("done", {variant id: {metric: Metric JSON}}, {})
+                                                         (`memory.rounds`: one more round, in a fresh child)
     → ("counts", WorkSpec, {model})                 ← ("stage", model, "load")* (each model as it is built),
                                                          ("done", {model: size}, {})  (export order)
     → ("exit",)
@@ -113,6 +115,13 @@ def _handle(conn: Any, message: tuple[Any, ...]) -> None:
                 conn.send(("finished", finished.record.model_dump(mode="json"), finished.artifact,
                            _peak_if(finished.record.error)))
         conn.send(("done", None, _take_seconds(ctx)))
+    elif kind == "memory":  # one more memory round per variant, in a child that measured nothing before
+        from mlbench.run.tasks import memory_round
+        from mlbench.run.threads import limited_threads
+
+        _, spec, group, threads = message
+        with limited_threads(threads):
+            conn.send(("done", memory_round(worker_context(spec), group), {}))
     elif kind == "counts":  # builds the user's models on the meta device: here, never in the coordinator
         from mlbench.run.schedule import model_sizes
 

@@ -227,6 +227,14 @@ class ChildPool:
             self.children.append(child)
             return child
 
+    def fresh(self, memory_bytes: int) -> Child:
+        """A new child, busy at once: one that measured nothing before (a memory round's)."""
+        with self._lock:
+            child = Child(memory_bytes)
+            child.busy = True
+            self.children.append(child)
+            return child
+
     def prestart(self, count: int, memory_bytes: int, warmups: tuple[str, ...] = ()) -> None:
         """Start up to `count` idle children now, each importing torch and doing `warmups`, so their imports
         overlap with each other and with whatever the coordinator does meanwhile (ordering the exports)."""

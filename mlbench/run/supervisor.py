@@ -20,6 +20,7 @@ from mlbench.records import RunRecord
 from mlbench.run.children import Child, ChildDied, ChildPool
 from mlbench.run.frames import TIMEOUT
 from mlbench.run.limits import ChildLimits, memory_note, out_of_memory
+from mlbench.run.memory_rounds import with_memory_rounds
 from mlbench.run.tasks import ExportOutcome, Finished, WorkSpec, failed_record, utc_now
 
 LOADING = "while loading the model"
@@ -58,12 +59,13 @@ def _peak(message: tuple[Any, ...], index: int) -> int | None:
 
 
 def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: float,
-        limit: str = "mlbench's own limit for it") -> Any:
+        limit: str = "mlbench's own limit for it", *, fresh: bool = False) -> Any:
     """One short request answered by ("done", result, ...) in a child of `pool`; None if the child
     failed, died or took longer than `seconds` (it is then discarded). For what only informs the
     coordinator (the model sizes that order the exports), never for a variant's own work. A model
-    that was being built when the time ran out ("stage" messages say which) is not loaded again."""
-    child = pool.acquire(memory_bytes)
+    that was being built when the time ran out ("stage" messages say which) is not loaded again.
+    `fresh`: in a child that did nothing before, closed after (a memory round: `memory_rounds.py`)."""
+    child = pool.fresh(memory_bytes) if fresh else pool.acquire(memory_bytes)
     building: str | None = None
     try:
         child.send(request)  # waits for a fresh child's imports first
@@ -82,11 +84,11 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
                 building = message[1]
                 continue
             if message[0] == "done":
-                pool.release(child)
+                _give_back(pool, child, fresh)
                 return message[1]
             if message[0] == "interrupted":
                 raise KeyboardInterrupt
-            pool.release(child)  # "error": the request failed, the child is sound
+            _give_back(pool, child, fresh)  # "error": the request failed, the child is sound
             return None
     except ChildDied:
         pass
@@ -95,6 +97,13 @@ def ask(pool: ChildPool, request: tuple[Any, ...], memory_bytes: int, seconds: f
         raise
     pool.discard(child)
     return None
+
+
+def _give_back(pool: ChildPool, child: Child, fresh: bool) -> None:
+    if fresh:
+        pool.discard(child)
+    else:
+        pool.release(child)
 
 
 def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimits, threads: int | None,
@@ -156,6 +165,18 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
                   on_stage: Callable[[str, str], None] | None = None,
                   on_started: Callable[[Any], None] | None = None,
                   seconds: dict[str, float] | None = None, threads: int | None = None) -> Iterator[Finished]:
+    """`_measure_group`, its records' memory figures the median over `memory.rounds` rounds, each in a child of
+    its own (`memory_rounds.py`)."""
+    timed = _measure_group(pool, spec, group, limits, on_stage, on_started, seconds, threads)
+    yield from with_memory_rounds(spec, group, timed, limits, threads,
+                                  lambda request, seconds, limit: ask(pool, request, limits.memory_bytes, seconds,
+                                                                      limit, fresh=True))
+
+
+def _measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: ChildLimits,
+                   on_stage: Callable[[str, str], None] | None = None,
+                   on_started: Callable[[Any], None] | None = None,
+                   seconds: dict[str, float] | None = None, threads: int | None = None) -> Iterator[Finished]:
     """Export (or fetch) one artifact and measure its variants in a child, one at a time (`threads`: the
     child's thread count while it works, when it shares the cores with other children).
 

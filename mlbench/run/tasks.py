@@ -246,6 +246,25 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
                    verify=result.verify, placement=result.placement, details=details, **common)
 
 
+def memory_round(ctx: WorkContext, group: list[Variant]) -> dict[str, dict[str, Any]]:
+    """One more memory round (`Backend.memory_round`) of each variant of one artifact, in this fresh process:
+    {variant id: {metric: Metric as JSON}}, leaving out the variants whose backend measures memory once. The
+    artifact comes from the cache the timed round's export filled (eager: the module as cast)."""
+    first = group[0]
+    model = ctx.model(first.model)
+    backend = ctx.backend(first)
+    exported = backend.export(model, first)
+    figures: dict[str, dict[str, Any]] = {}
+    try:
+        for variant in group:
+            metrics = backend.memory_round(model, exported, variant)
+            if metrics is not None:
+                figures[variant.id] = {name: metric.model_dump(mode="json") for name, metric in metrics.items()}
+    finally:
+        ctx.cache.release_pins()
+    return figures
+
+
 # --- entry points for worker processes (module-level functions: picklable by reference) ----------
 
 _CONTEXT: tuple[WorkSpec, WorkContext] | None = None

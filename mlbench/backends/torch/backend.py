@@ -16,8 +16,9 @@ from typing import Any
 from mlbench.backends.base import Backend, CallTimer, Exported, Measurement, VariantSkipped, runtime_metrics
 from mlbench.backends.torch.target import TorchTarget
 from mlbench.matrix import Variant
-from mlbench.memory import MemoryMeter, MemoryRounds, absent_memory
+from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
+from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.timing import time_calls, time_once
 
@@ -81,7 +82,6 @@ class TorchBackend(Backend):
         if model.spec.generate is not None:
             return self._measure_generation(model, exported, variant)
         settings = self.config.latency
-        rounds = MemoryRounds(self.config.memory.rounds, 1 + settings.warmup, EAGER_LOAD)
         meter = MemoryMeter.start()
         call = self._prepare(model, exported, variant)
         meter.loaded()
@@ -91,13 +91,12 @@ class TorchBackend(Backend):
                 latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                      min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                                      threads=torch.get_num_threads() if device == "cpu" else None)
-                memory = (rounds.measure(meter.metrics(load_reason=EAGER_LOAD),
-                                         lambda: self._prepare(model, exported, variant)) if device == "cpu" else
-                          absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
+            memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
+                      absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details = {"memory": {**meter.facts(), **(rounds.facts() if device == "cpu" else {})}}
+        details = {"memory": meter.facts()}
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})
@@ -121,6 +120,15 @@ class TorchBackend(Backend):
                                  min_snr_db=self.config.verify.min_snr_db_for(precision), reference_name=REFERENCE)
         return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms, verify=verify), **memory},
                            latency=latency, verify=verify, details=details)
+
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """The module's inputs prepared inside the meter's span, then its first call and the warmup calls (CPU
+        only: no other device's memory is read; a generative model's memory is measured once)."""
+        if variant.axis("device") != "cpu" or model.spec.generate is not None:
+            return None
+        with self._settings():
+            return MemoryRound(self.config.latency.warmup + 1, EAGER_LOAD).one(
+                lambda: self._prepare(model, exported, variant))
 
     def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import torch

@@ -1,0 +1,70 @@
+"""`memory.rounds`: a variant's `memory.load` and `memory.peak` as the median over rounds in separate processes.
+
+One round's memory figures move by whole activation buffers with the allocator's state, which settles per
+process: rounds repeated in one process mostly agree, while fresh processes differ (a 2-conv model read 21.6
+and 31.1 MB in identical runs, each run's three in-process rounds within 2.4 MB). So after a group's timed
+measurement, each further round runs in a fresh child (`Backend.memory_round`: a load, its first call and the
+warmup calls, untimed; the rounds at once, after the timed one, so they disturb no timing), and the record keeps the median, each round's figure (`samples`) and their largest
+minus smallest (`spread`), which compare's noise floor is widened by. A round that fails leaves the figures of
+those that did not, saying so; nothing here fails a variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from mlbench.config.pipeline import MemorySettings
+from mlbench.memory import ROUNDS_NOTE, median_of_rounds
+from mlbench.records import Metric
+from mlbench.run.limits import ChildLimits
+from mlbench.run.tasks import Finished, WorkSpec
+
+DEFAULT_SECONDS = 600.0  # a round's time limit where limits.measure_s sets none
+
+
+def rounds_of(spec: WorkSpec) -> int:
+    return int(spec.config.get("memory", {}).get("rounds", MemorySettings().rounds))
+
+
+def _measured(finished: Finished) -> bool:
+    peak = finished.record.metrics.get("memory.peak")
+    return finished.record.status == "ok" and peak is not None and peak.value is not None
+
+
+AskFresh = Callable[[tuple[Any, ...], float, str], Any]
+"""(request, seconds, limit's name) → the answer of a fresh child, closed after; None if it failed."""
+
+
+def with_memory_rounds(spec: WorkSpec, group: list[Any], finished: Iterator[Finished], limits: ChildLimits,
+                       threads: int | None, ask: AskFresh) -> Iterator[Finished]:
+    """The group's records (`finished`, its timed round), their memory figures the median over `memory.rounds`
+    rounds; as they come where one round is asked for. The records wait for the group's rounds."""
+    rounds = rounds_of(spec)
+    if rounds < 2:
+        yield from finished
+        return
+    done = list(finished)
+    todo = [v for v in group if any(f.record.variant_id == v.id and _measured(f) for f in done)]
+    request = ("memory", spec, todo, threads)
+    seconds = limits.measure_s or DEFAULT_SECONDS
+    answers: list[Any] = []
+    if todo:  # the further rounds at once, each child on its own (resident memory is per process)
+        with ThreadPoolExecutor(max_workers=rounds - 1, thread_name_prefix="mlbench-memory-round") as pool:
+            answers = list(pool.map(lambda _: ask(request, seconds, "limits.measure_s"), range(rounds - 1)))
+    extra: list[dict[str, dict[str, Any]]] = [a for a in answers if a is not None]
+    failed = len(answers) - len(extra)
+    for item in done:
+        record = item.record
+        theirs = [{n: Metric.model_validate(m) for n, m in a[record.variant_id].items()}
+                  for a in extra if record.variant_id in a]
+        if theirs:
+            record.metrics = median_of_rounds([record.metrics, *theirs])
+            note = ROUNDS_NOTE.format(n=1 + len(theirs))
+            if failed:
+                note += f"; {failed} of the {rounds - 1} further rounds failed"
+            memory = record.details.setdefault("memory", {})
+            memory.update({"rounds": 1 + len(theirs), "aggregate": "median", "spread": "max - min",
+                           "rounds_note": note})
+        yield item
