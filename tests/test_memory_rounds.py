@@ -37,7 +37,7 @@ models:
     kwargs: {{width: {width}}}
     inputs: [{{name: x, shape: [{batch}, 3, 96, 96]}}]
 targets:
-  - backend: torch
+  - backend: {backend}
 latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
 verify: {{samples: 1}}
 cache: {{dir: cache}}
@@ -45,18 +45,18 @@ report: {{dir: out-{name}, formats: [json]}}
 """
 
 
-def _run(tmp_path: Path, name: str, *, width: int = 64, batch: int = 4) -> Path:
-    """One real run of the 2-conv model through eager PyTorch; the path of its report.json."""
+def _run(tmp_path: Path, name: str, *, width: int = 64, batch: int = 4, backend: str = "torch") -> Path:
+    """One real run of the 2-conv model (through eager PyTorch by default); the path of its report.json."""
     (tmp_path / "wide.py").write_text(WIDE)
     path = tmp_path / f"{name}.yaml"
-    path.write_text(PIPELINE.format(width=width, batch=batch, name=name))
+    path.write_text(PIPELINE.format(width=width, batch=batch, name=name, backend=backend))
     assert main(["run", str(path)]) == 0
     return tmp_path / f"out-{name}" / "report.json"
 
 
-def _peak(report: Path) -> dict:
+def _peak(report: Path, name: str = "memory.peak") -> dict:
     (record,) = json.loads(report.read_text())["records"]
-    return {**record["metrics"]["memory.peak"], "details": record["details"]["memory"]}
+    return {**record["metrics"][name], "details": record["details"]["memory"]}
 
 
 def test_the_median_of_rounds_keeps_each_rounds_figure_and_their_spread():
@@ -90,3 +90,15 @@ def test_identical_runs_pass_the_memory_gate_and_a_model_with_30_percent_larger_
     capsys.readouterr()
     assert main(["compare", str(base), str(larger), "--fail-on", "memory.peak:+10%"]) == 1
     assert "memory.peak" in capsys.readouterr().out
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
+def test_onnxruntime_measures_its_load_and_peak_over_the_rounds_too(tmp_path):
+    pytest.importorskip("onnxruntime")
+    report = _run(tmp_path, "ort", backend="onnxruntime")
+    for name in ("memory.load", "memory.peak"):
+        figure = _peak(report, name)
+        assert figure["source"] == "measured" and len(figure["samples"]) == 3 and figure["spread"] >= 0
+        assert figure["value"] == sorted(figure["samples"])[1]
+    assert "the median over 3 load-and-predict rounds, each in a process of its own" in figure["details"]["rounds_note"]

@@ -54,8 +54,9 @@ class MemorySettings(StrictModel):
         default=3, ge=1, le=100,
         description="Load-and-predict rounds that memory.load and memory.peak are measured over: the figure is their "
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
-        "moves by whole activation buffers with the allocator's state. The first round is the timed one; each "
-        "other loads again and makes the first call and the warmup calls (untimed).")
+        "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
+        "is the timed one; each other runs in a fresh process, loads again and makes the first call and the "
+        "warmup calls (untimed). Eager PyTorch (CPU) and ONNX Runtime; other backends measure memory once.")
 
 
 class LimitSettings(Limits):

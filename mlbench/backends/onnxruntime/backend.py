@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -182,6 +183,26 @@ class OnnxruntimeBackend(Backend):
         if ort_name not in available:
             raise VariantSkipped(f"onnxruntime {ort.__version__} on this machine has no {ort_name} "
                                  f"(available: {', '.join(available)})")
+
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """A session loaded inside the meter's span (as `measure` loads it), then its first and warmup calls;
+        a generative model's memory is measured once."""
+        import onnxruntime as ort
+
+        from mlbench.memory import MemoryRound
+
+        if model.spec.generate is not None:
+            return None
+        artifact: OnnxArtifact = exported.payload
+        provider = variant.axis("providers")
+        self._require_provider(ort, provider)
+
+        def load() -> Callable[[], object]:
+            session = self._session(ort, artifact.path, provider, self._session_options(ort))
+            feed = _feed(session, model, 0, model.alternative(variant.shape))
+            return lambda: session.run(None, feed)
+
+        return MemoryRound(self.config.latency.warmup + 1).one(load)
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         import onnxruntime as ort
