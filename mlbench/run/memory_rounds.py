@@ -15,8 +15,10 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from mlbench.backends.base import Backend
 from mlbench.config.pipeline import MemorySettings
 from mlbench.memory import ROUNDS_NOTE, median_of_rounds
+from mlbench.plugins.registry import backend_class
 from mlbench.records import Metric
 from mlbench.run.limits import ChildLimits
 from mlbench.run.tasks import Finished, WorkSpec
@@ -26,6 +28,12 @@ DEFAULT_SECONDS = 600.0  # a round's time limit where limits.measure_s sets none
 
 def rounds_of(spec: WorkSpec) -> int:
     return int(spec.config.get("memory", {}).get("rounds", MemorySettings().rounds))
+
+
+def measures_rounds(backend: str) -> bool:
+    """Whether the backend has further memory rounds (`Backend.memory_round`): no child is started for one
+    that measures memory once."""
+    return backend_class(backend).memory_round is not Backend.memory_round
 
 
 def _measured(finished: Finished) -> bool:
@@ -42,7 +50,7 @@ def with_memory_rounds(spec: WorkSpec, group: list[Any], finished: Iterator[Fini
     """The group's records (`finished`, its timed round), their memory figures the median over `memory.rounds`
     rounds; as they come where one round is asked for. The records wait for the group's rounds."""
     rounds = rounds_of(spec)
-    if rounds < 2:
+    if rounds < 2 or not measures_rounds(group[0].backend):
         yield from finished
         return
     done = list(finished)
