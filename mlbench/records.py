@@ -84,8 +84,8 @@ class Metric(BaseModel):
                                         "before figures were graded, and for figures that are not timed.")
     spread: float | None = Field(default=None,
                                  description="For a figure measured several times in the run (memory): the largest "
-                                 "minus the smallest measurement, in the figure's unit; compare widens its noise "
-                                 "floor by it.")
+                                 "minus the smallest measurement (memory.rounds), in the figure's unit; compare "
+                                 "widens its noise floor to both runs' spreads, summed.")
 
     @model_serializer(mode="wrap")
     def _leave_out_unset_extras(self, handler: SerializerFunctionWrapHandler):  # no return annotation: see
