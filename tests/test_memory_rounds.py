@@ -39,6 +39,7 @@ models:
 targets:
   - backend: {backend}
 latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+memory: {{rounds: 3}}
 verify: {{samples: 1}}
 cache: {{dir: cache}}
 report: {{dir: out-{name}, formats: [json]}}

@@ -51,8 +51,9 @@ class LatencySettings(StrictModel):
 
 class MemorySettings(StrictModel):
     rounds: int = Field(
-        default=3, ge=1, le=100,
-        description="Load-and-predict rounds that memory.load and memory.peak are measured over: the figure is their "
+        default=1, ge=1, le=100,
+        description="Load-and-predict rounds that memory.load and memory.peak are measured over (3 or more where a "
+        "pipeline gates on memory; 1, the default, keeps one measurement and adds no process): the figure is their "
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
         "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
         "is the timed one; each other runs in a fresh process, loads again and makes the first call and the "
