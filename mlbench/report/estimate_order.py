@@ -20,6 +20,7 @@ PREFIX = "latency.estimated."
 TOO_CLOSE = 1.10  # estimates within 10% of each other: the calibration counts such published pairs as ties
 LIKELY, UNCERTAIN = 0.85, 0.60  # share of calibration pairs of the kind ordered alike
 MIN_PAIRS = 3  # fewer pairs of the kind than this: at most "uncertain"
+UNITS_AXIS = "compute_units"
 
 __all__ = ["OrderStatement", "order_statements"]
 
@@ -83,13 +84,16 @@ def _labels(records: Sequence[RunRecord]) -> dict[str, str]:
 
 
 def order_statements(records: Sequence[RunRecord]) -> list[OrderStatement]:
-    """Per model and estimated chip, each variant against the next slower one, fastest first."""
-    by_model: dict[str, list[RunRecord]] = {}
+    """Per model, compute units and estimated chip, each variant against the next slower one, fastest first.
+
+    Variants are ordered within one compute-units choice: what a team picks there is the precision and the
+    compression, and the calibration's pairs are of that kind (one page, one setting)."""
+    by_model: dict[tuple[str, str], list[RunRecord]] = {}
     for r in records:
         if r.status == "ok":
-            by_model.setdefault(r.model, []).append(r)
+            by_model.setdefault((r.model, r.axes.get(UNITS_AXIS, "")), []).append(r)
     statements = []
-    for model, rows in by_model.items():
+    for (model, units), rows in by_model.items():
         labels = _labels(rows)
         chips = sorted({n[len(PREFIX):] for r in rows for n in r.metrics if n.startswith(PREFIX)})
         for chip in chips:
@@ -99,7 +103,8 @@ def order_statements(records: Sequence[RunRecord]) -> list[OrderStatement]:
                 evidence = {**slow[2], **fast[2]}.get(pair_kind(fast[1], slow[1]))
                 ratio = slow[0] / fast[0] if fast[0] > 0 else float("inf")
                 confidence, words = _confidence(ratio, evidence)
-                statements.append(OrderStatement(model=model, chip=chip, faster=labels[fast_rec.variant_id],
+                where = f"{chip} ({units})" if units else chip
+                statements.append(OrderStatement(model=model, chip=where, faster=labels[fast_rec.variant_id],
                                                  slower=labels[slow_rec.variant_id], faster_ms=fast[0],
                                                  slower_ms=slow[0], confidence=confidence, evidence=words))
     return statements

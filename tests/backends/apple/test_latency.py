@@ -147,7 +147,7 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
     # a 32x32 CNN: the fixed cost per prediction dominates every variant, so no order is claimed between them
     assert max(by_id.values()) / min(by_id.values()) < 1.10, by_id
     markdown = (folder / "out" / "report.md").read_text()
-    assert "_Estimated order_" in markdown and " on m1: too close to call (≈" in markdown
+    assert "_Estimated order_" in markdown and " on m1 (all): too close to call (≈" in markdown
     assert "| ≈ms a17pro |" in markdown and "≈ms m1" in markdown
     cells: dict[str, str] = {}  # the row's cells by column, in the main table and the folded one
     for line in markdown.splitlines():
