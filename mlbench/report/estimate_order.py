@@ -21,6 +21,7 @@ TOO_CLOSE = 1.10  # estimates within 10% of each other: the calibration counts s
 LIKELY, UNCERTAIN = 0.85, 0.60  # share of calibration pairs of the kind ordered alike
 MIN_PAIRS = 3  # fewer pairs of the kind than this: at most "uncertain"
 UNITS_AXIS = "compute_units"
+UNITS_ORDER = {"all": 0, "cpu_and_ne": 1, "cpu_and_gpu": 2, "cpu_only": 3}
 
 __all__ = ["OrderStatement", "order_statements"]
 
@@ -93,7 +94,11 @@ def order_statements(records: Sequence[RunRecord]) -> list[OrderStatement]:
         if r.status == "ok":
             by_model.setdefault((r.model, r.axes.get(UNITS_AXIS, "")), []).append(r)
     statements = []
-    for (model, units), rows in by_model.items():
+    # the default choice first, so a PR comment that keeps a few lines keeps the ones most variants ship with
+    first = {model: i for i, model in reversed(list(enumerate(r.model for r in records)))}
+    groups = sorted(by_model.items(), key=lambda item: (first[item[0][0]], UNITS_ORDER.get(item[0][1], 9),
+                                                       item[0][1]))
+    for (model, units), rows in groups:
         labels = _labels(rows)
         chips = sorted({n[len(PREFIX):] for r in rows for n in r.metrics if n.startswith(PREFIX)})
         for chip in chips:

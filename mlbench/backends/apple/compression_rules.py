@@ -24,7 +24,7 @@ RULES_PATH = Path(__file__).with_name("compression_rules.yaml")
 QDQ = ("quantize", "dequantize")
 
 __all__ = ["Adjustment", "apple_rule_table", "load_compression_rules", "op_adjustment", "rule_table", "variant_kind"]
-KINDS = ("float32", "float16", "palettized", "int8 weights", "W8A8", "sparse")
+KINDS = ("float32", "float16", "palettized", "int8 weights", "W8A8", "sparse")  # and "float32 <kind>" for a float32 program
 
 
 @dataclass(frozen=True)
@@ -83,11 +83,12 @@ def variant_kind(analysis: ProgramAnalysis) -> str:
     if "quantize" in analysis.op_counts:
         return "W8A8"
     storages = " ".join(layer.weight_storage or "" for layer in analysis.layers)
+    precision = "float32" if analysis.precision == "FLOAT32" else "float16"
     for marker, kind in (("lut_to_dense", "palettized"), ("sparse_to_dense", "sparse"),
                          ("affine_dequantize", "int8 weights"), ("shift_scale", "int8 weights")):
-        if marker in storages:
-            return kind
-    return "float32" if analysis.precision == "FLOAT32" else "float16"
+        if marker in storages:  # a float32 program's compression is a kind of its own: no calibration row has one
+            return kind if precision == "float16" else f"float32 {kind}"
+    return precision
 
 
 def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) -> Adjustment:
