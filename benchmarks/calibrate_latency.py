@@ -123,24 +123,29 @@ def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
     return ratios, how
 
 
+def calibration_pairs(cases: list[Case], sources: list[str]):
+    """Index pairs of rows of one model on one chip from one source: what order agreement is judged on."""
+    for i in range(len(cases)):
+        for j in range(i + 1, len(cases)):
+            if (cases[i].model, cases[i].group, sources[i]) == (cases[j].model, cases[j].group, sources[j]):
+                yield i, j
+
+
 def order_agreement(cases: list[Case], sources: list[str], estimates: list[float],
                     threshold: float = 1.1) -> tuple[int, int, int, int]:
     """Pairs of rows of one model on one chip from one source: (pairs whose published figures differ by
     `threshold` or more, of them ordered alike by the estimate, all pairs, all ordered alike or tied alike)."""
     decisive = agree = total = agree_all = 0
-    for i in range(len(cases)):
-        for j in range(i + 1, len(cases)):
-            a, b = cases[i], cases[j]
-            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
-                continue
-            total += 1
-            pub = a.measured_ms / b.measured_ms
-            est = estimates[i] / estimates[j]
-            same = (pub > 1) == (est > 1) if pub != 1 else abs(math.log(est)) < math.log(threshold)
-            agree_all += same
-            if max(pub, 1 / pub) >= threshold:
-                decisive += 1
-                agree += (pub > 1) == (est > 1)
+    for i, j in calibration_pairs(cases, sources):
+        a, b = cases[i], cases[j]
+        total += 1
+        pub = a.measured_ms / b.measured_ms
+        est = estimates[i] / estimates[j]
+        same = (pub > 1) == (est > 1) if pub != 1 else abs(math.log(est)) < math.log(threshold)
+        agree_all += same
+        if max(pub, 1 / pub) >= threshold:
+            decisive += 1
+            agree += (pub > 1) == (est > 1)
     return decisive, agree, total, agree_all
 
 
@@ -154,17 +159,14 @@ def order_evidence(cases: list[Case], sources: list[str], estimates: list[float]
 
     kinds = [variant_kind(c.analysis) for c in cases]
     out: dict[str, list[int]] = {}
-    for i in range(len(cases)):
-        for j in range(i + 1, len(cases)):
-            a, b = cases[i], cases[j]
-            if (a.model, a.group, sources[i]) != (b.model, b.group, sources[j]):
-                continue
-            pub = a.measured_ms / b.measured_ms
-            if max(pub, 1 / pub) < threshold:
-                continue
-            tally = out.setdefault(pair_kind(kinds[i], kinds[j]), [0, 0])
-            tally[0] += (pub > 1) == (estimates[i] > estimates[j])
-            tally[1] += 1
+    for i, j in calibration_pairs(cases, sources):
+        a, b = cases[i], cases[j]
+        pub = a.measured_ms / b.measured_ms
+        if max(pub, 1 / pub) < threshold:
+            continue
+        tally = out.setdefault(pair_kind(kinds[i], kinds[j]), [0, 0])
+        tally[0] += (pub > 1) == (estimates[i] > estimates[j])
+        tally[1] += 1
     return dict(sorted(out.items()))
 
 

@@ -95,7 +95,9 @@ def order_statements(records: Sequence[RunRecord]) -> list[OrderStatement]:
             by_model.setdefault((r.model, r.axes.get(UNITS_AXIS, "")), []).append(r)
     statements = []
     # the default choice first, so a PR comment that keeps a few lines keeps the ones most variants ship with
-    first = {model: i for i, model in reversed(list(enumerate(r.model for r in records)))}
+    first: dict[str, int] = {}
+    for r in records:
+        first.setdefault(r.model, len(first))  # models in the order the report lists them
     groups = sorted(by_model.items(), key=lambda item: (first[item[0][0]], UNITS_ORDER.get(item[0][1], 9),
                                                        item[0][1]))
     for (model, units), rows in groups:
