@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Grade = Literal["stable", "noisy", "unreliable"]
 
@@ -41,9 +41,30 @@ class Stability(BaseModel):
     other_share: float | None = Field(default=None, description="Other processes' share of the machine's CPU "
                                       "while the figure was taken, where the OS reports it.")
     reasons: list[str] = Field(default_factory=list, description="Why it is not stable, in words.")
+    adjustments: list[str] = Field(default_factory=list, description="What mlbench did to get a figure it can "
+                                   "trust, in words: measured with fewer threads than configured (a stalled thread "
+                                   "pool), measured again at the end of the run.")
+
+    @model_serializer(mode="wrap")
+    def _leave_out_no_adjustments(self, handler: SerializerFunctionWrapHandler):  # no return annotation: as Metric's
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("adjustments", 1):
+            del data["adjustments"]  # figures nothing was done to keep their JSON as it was
+        return data
 
     def note(self) -> str:
-        return f"{self.grade}: {'; '.join(self.reasons)}" if self.reasons else self.grade
+        said = [*self.reasons, *self.adjustments]
+        return f"{self.grade}: {'; '.join(said)}" if said else self.grade
+
+    def adjusted(self, text: str) -> Stability:
+        """A copy that also says `text` of how the figure was taken."""
+        return self.model_copy(update={"adjustments": [*self.adjustments, text]})
+
+    def regraded(self, level: Grade, reason: str) -> Stability:
+        """A copy graded at least `level`, with `reason` added (what the samples alone could not see)."""
+        names: tuple[Grade, ...] = ("stable", "noisy", "unreliable")
+        worst = max(names.index(self.grade), names.index(level))
+        return self.model_copy(update={"grade": names[worst], "reasons": [*self.reasons, reason]})
 
 
 def _quartiles(values: list[float]) -> tuple[float, float]:
@@ -98,12 +119,12 @@ def suffix(stability: Stability | None) -> str:
 
 
 def notes(figures: Iterable[tuple[str, Stability | None]]) -> list[str]:
-    """One line per distinct grade that is not stable, naming the figures it covers, its mark and why
+    """One line per distinct grade that is not stable (or figure something was done to), naming the figures it covers, its mark and why
     (`latency.median, latency.best: ⚠ unreliable: cv 0.88, ...; other processes used 99% of the CPUs`)."""
     groups: dict[str, list[str]] = {}
     for name, stability in figures:
-        if stability is not None and stability.grade != "stable":
-            groups.setdefault(f"{MARKS[stability.grade]} {stability.note()}", []).append(name)
+        if stability is not None and (stability.grade != "stable" or stability.adjustments):
+            groups.setdefault(f"{MARKS[stability.grade]} {stability.note()}".strip(), []).append(name)
     return [f"{', '.join(names)}: {why}" for why, names in groups.items()]
 
 

@@ -37,7 +37,7 @@ targets:
     device: [cpu]
     precision: [float32]
     threads: 1
-latency: {{warmup: 1, repeats: 30, min_time_s: 1.0}}
+latency: {{warmup: 1, repeats: 30, min_time_s: 1.0, retry_s: 0}}
 report: {{dir: out, formats: [json, markdown, html]}}
 history: {{enabled: false}}
 """

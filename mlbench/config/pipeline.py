@@ -40,6 +40,12 @@ class LatencySettings(StrictModel):
     repeats: int = Field(default=30, ge=1, le=MAX_REPEATS, description="Least number of timed calls.")
     min_time_s: float = Field(default=1.0, ge=0, le=3600, description="Least total seconds of timed calls.")
     max_repeats: int = Field(default=10_000, ge=1, le=MAX_REPEATS, description="Most timed calls, for very fast models.")
+    retry_s: float = Field(
+        default=60.0, ge=0, le=3600,
+        description="Seconds at the end of a run for measuring suspect figures again: those graded unreliable, and "
+        "those 3x or more off the variant's history median on this kind of machine. Both measurements are kept; the "
+        "report uses the one near the history where only one is, else the better graded, else the faster. 0: none is measured again, and a figure far from its "
+        "history is graded unreliable.")
 
     @model_validator(mode="after")
     def _repeats_within_max(self) -> LatencySettings:

@@ -154,6 +154,25 @@ class OnnxruntimeBackend(Backend):
             options.profile_file_prefix = profile_prefix
         return options
 
+    def _thread_check(self, ort: Any, session: Any, feed: dict, path: str, provider: str,
+                      first_ms: float) -> tuple[Any, Any]:
+        """The thread-pool stall check (`mlbench.thread_check`) against a second session with one intra-op
+        thread (onnxruntime fixes a session's pool when it is created); (check, the one-thread session when
+        the configured pool is stalled, else None). CPU provider only: others run off the CPU's pool."""
+        from mlbench.cpus import available_cpus
+        from mlbench.thread_check import MAX_CALL_MS, check_threads
+
+        configured = self.target.intra_op_threads or available_cpus()  # 0: onnxruntime's own default, one per core
+        if provider != "cpu" or configured <= 1 or first_ms > MAX_CALL_MS:
+            return None, None
+        options = self._session_options(ort)
+        options.intra_op_num_threads = 1
+        one = self._session(ort, path, provider, options)
+        current = [session]
+        check = check_threads(lambda: current[0].run(None, feed), configured=configured, first_ms=first_ms,
+                              set_threads=lambda n: current.__setitem__(0, one if n == 1 else session))
+        return check, (one if check is not None and check.stalled else None)
+
     def _providers(self, provider: str) -> list[Any]:
         """The requested provider, then the CPU provider for the nodes it cannot take."""
         name = PROVIDERS[provider]
@@ -238,10 +257,15 @@ class OnnxruntimeBackend(Backend):
         meter.loaded()
         first_ms, first_outputs = time_once(lambda: session.run(None, feed))
         settings = self.config.latency
-        latency = time_calls(lambda: session.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
+        metrics.update(meter.metrics())  # before the thread check's second session, whose load is not this one's
+        check, session_one = self._thread_check(ort, session, feed, artifact.path, provider, first_ms)
+        timed = session_one or session
+        latency = time_calls(lambda: timed.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                             threads=self.target.intra_op_threads)
-        metrics.update(meter.metrics())
+                             threads=1 if session_one is not None else self.target.intra_op_threads)
+        if session_one is not None and check is not None and latency.stability is not None:
+            latency.stability = latency.stability.adjusted(check.adjustment())
+        timed = session_one = None
         pairs = [(model.sample(0, alternative)[1], list(first_outputs))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
             pairs.append((model.sample(index, alternative)[1],
@@ -274,6 +298,7 @@ class OnnxruntimeBackend(Backend):
         metrics.update(placement_metrics(placement))
         details = {
             "memory": meter.facts(),
+            **({"thread_check": check.details()} if check is not None else {}),
             "op_time": op_time_tables(profile),
             "session": {"provider": ort_name, "device": provider_device(ort_name),
                         "graph_optimization": self.target.graph_optimization,

@@ -20,6 +20,7 @@ from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
+from mlbench.thread_check import check_threads, torch_threads
 from mlbench.timing import time_calls, time_once
 
 EAGER_LOAD = ("eager: the module was built by its model source before the measurement (its weights are size.weights); "
@@ -88,15 +89,21 @@ class TorchBackend(Backend):
         try:
             with self._settings():
                 first_ms, output = time_once(call)
+                threads = torch.get_num_threads() if device == "cpu" else None
+                check = check_threads(call, configured=threads, first_ms=first_ms, set_threads=torch_threads)
+                if check is not None and check.stalled:  # one thread never waits for another
+                    torch_threads(1)
                 latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                      min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                                     threads=torch.get_num_threads() if device == "cpu" else None)
+                                     threads=1 if check is not None and check.stalled else threads)
+                if check is not None and check.stalled and latency.stability is not None:
+                    latency.stability = latency.stability.adjusted(check.adjustment())
             memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
                       absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details = {"memory": meter.facts()}
+        details: dict = {"memory": meter.facts(), **({"thread_check": check.details()} if check is not None else {})}
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})

@@ -1,0 +1,187 @@
+"""Suspect figures measured again at the end of a run, within `latency.retry_s`.
+
+A figure is suspect when its own samples grade it unreliable, or when it is far from what the same
+variant of the same pipeline measured on this kind of machine before (the history's median of its last
+runs): a 400x outlier can be steady within itself (a stalled thread pool, a neighbour's job) and pass
+every dispersion check. The end of the run is when the machine is most likely quieter (the exports are
+over). Both measurements are kept in the record (`details.remeasured`) and the report says which it uses:
+the one near the history where only one is, else the better graded, else the faster (interference only
+ever adds time). A figure still far from its
+history after a second measurement that disagrees with the first is graded unreliable; one measured
+alike twice is read as a real change (the model or the code changed), and says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from mlbench.records import RunRecord
+from mlbench.stability import Stability
+
+log = logging.getLogger("mlbench.run")
+
+METRIC = "latency.median"
+HISTORY_FACTOR = 3.0
+"""A median this many times above (or below) the variant's history median is suspect."""
+HISTORY_RUNS = 5
+"""The newest runs of the pipeline on this kind of machine whose figures make the history median."""
+AGREE_FACTOR = 1.5
+"""Two measurements within this factor of each other measured the same thing."""
+GRADES = ("stable", "noisy", "unreliable")
+
+
+def history_medians(db_path: Path, pipeline: str, machine_key: str) -> dict[str, float]:
+    """Per variant id, the median of its measured `latency.median` over the pipeline's newest runs on
+    this kind of machine; empty when there is no history (or it cannot be read: one debug line)."""
+    from mlbench.store.history import connect, list_runs
+
+    if not db_path.exists():
+        return {}
+    try:
+        runs = [r.run_id for r in list_runs(db_path, pipeline=pipeline, machine=machine_key, limit=HISTORY_RUNS)]
+        if not runs:
+            return {}
+        values: dict[str, list[float]] = {}
+        with connect(db_path, create=False) as conn:
+            marks = ",".join("?" * len(runs))
+            for variant_id, value in conn.execute(
+                    f"SELECT variant_id, value FROM metrics WHERE name = ? AND source = 'measured' "
+                    f"AND value IS NOT NULL AND run_id IN ({marks})", [METRIC, *runs]):
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                    values.setdefault(variant_id, []).append(float(value))
+    except Exception as exc:  # noqa: BLE001 - the history only informs; the run stands without it
+        log.debug("history not read for re-measurement: %s", exc)
+        return {}
+    return {variant: statistics.median(found) for variant, found in values.items()}
+
+
+def _figure(record: RunRecord) -> tuple[float, Stability | None] | None:
+    metric = record.metrics.get(METRIC)
+    if record.status != "ok" or metric is None or metric.value is None or metric.source != "measured":
+        return None
+    return metric.value, metric.stability
+
+
+def _far(value: float, past: float | None) -> float | None:
+    """How many times `value` is off its history (≥ HISTORY_FACTOR), else None."""
+    if past is None or past <= 0 or value <= 0:
+        return None
+    ratio = max(value / past, past / value)
+    return ratio if ratio >= HISTORY_FACTOR else None
+
+
+def why_suspect(record: RunRecord, past: float | None) -> str | None:
+    """Why `record`'s timed figure should be measured again, in words; None when it need not be."""
+    figure = _figure(record)
+    if figure is None:
+        return None
+    value, stability = figure
+    if stability is not None and stability.grade == "unreliable":
+        return f"graded unreliable ({'; '.join(stability.reasons)})"
+    ratio = _far(value, past)
+    if ratio is not None:
+        return f"{value:.3g} ms is {ratio:.3g}x this variant's history median on this machine ({past:.3g} ms)"
+    return None
+
+
+def _with_grade(record: RunRecord, change: Callable[[Stability], Stability]) -> RunRecord:
+    """The record with every timed figure's grade changed alike (they share one grade)."""
+    metrics = dict(record.metrics)
+    for name, metric in metrics.items():
+        if metric.stability is not None and metric.source == "measured":
+            metrics[name] = metric.model_copy(update={"stability": change(metric.stability)})
+    latency = record.latency
+    if latency is not None and latency.stability is not None:
+        latency = latency.model_copy(update={"stability": change(latency.stability)})
+    return record.model_copy(update={"metrics": metrics, "latency": latency})
+
+
+def _rank(record: RunRecord) -> tuple[int, float]:
+    figure = _figure(record)
+    if figure is None:
+        return (len(GRADES), float("inf"))
+    value, stability = figure
+    return (GRADES.index(stability.grade) if stability is not None else 0, value)
+
+
+def combine(first: RunRecord, second: RunRecord, past: float | None, why: str) -> RunRecord:
+    """One record from two measurements of a variant: the better graded (else the faster), with both in
+    `details.remeasured` and the grade saying what a reader must know."""
+    first_figure, second_figure = _figure(first), _figure(second)
+    if second_figure is None:  # the second measurement failed: the first stands, marked as it was
+        note = f"measured again at the end of the run ({why}), which failed: {second.error or second.status}"
+        return _with_grade(first, lambda s: s.adjusted(note)).model_copy(update={"details": {
+            **first.details, "remeasured": {"why": why, "second": None, "second_error": second.error, "used": "first"}}})
+    if first_figure is None:
+        return second
+    near = [_far(figure[0], past) is None for figure in (first_figure, second_figure)]
+    if near[0] != near[1]:  # one agrees with the variant's past: that one is corroborated
+        used = "second" if near[1] else "first"
+    else:
+        used = "second" if _rank(second) < _rank(first) else "first"
+    chosen, other = (second, first) if used == "second" else (first, second)
+    value, other_value = _figure(chosen)[0], _figure(other)[0]
+    agree = max(value, other_value) / max(min(value, other_value), 1e-12) < AGREE_FACTOR
+    note = (f"measured again at the end of the run ({why}): {first_figure[0]:.3g} ms then {second_figure[0]:.3g} ms; "
+            f"this report uses the {'first' if used == 'first' else 'second'}")
+    ratio = _far(value, past)
+    if ratio is not None and agree:
+        note += f"; measured alike twice, so read as a real change from the history's {past:.3g} ms"
+        change: Callable[[Stability], Stability] = lambda s: s.adjusted(note)  # noqa: E731
+    elif ratio is not None:
+        change = lambda s: s.adjusted(note).regraded(  # noqa: E731
+            "unreliable", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), and the two measurements "
+            "disagree")
+    else:
+        change = lambda s: s.adjusted(note)  # noqa: E731
+    remeasured = {"why": why, "used": used, "history_median_ms": past,
+                  "first": {"median_ms": first_figure[0], "grade": _grade(first_figure[1])},
+                  "second": {"median_ms": second_figure[0], "grade": _grade(second_figure[1])}}
+    return _with_grade(chosen, change).model_copy(update={"details": {**chosen.details, "remeasured": remeasured}})
+
+
+def _grade(stability: Stability | None) -> str | None:
+    return stability.grade if stability is not None else None
+
+
+def not_remeasured(record: RunRecord, past: float | None, why: str, because: str) -> RunRecord:
+    """A suspect figure there was no time (or leave) to measure again: one far from its history is graded
+    unreliable, never shown as a plain figure."""
+    figure = _figure(record)
+    ratio = _far(figure[0], past) if figure is not None else None
+    if ratio is None:
+        return record
+    return _with_grade(record, lambda s: s.regraded(
+        "unreliable", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), not measured again: {because}"))
+
+
+def remeasure(records: dict[str, RunRecord], history: dict[str, float], budget_s: float,
+              measure: Callable[[str], Iterator[RunRecord]], on_note: Callable[[str], None]) -> dict[str, RunRecord]:
+    """The suspect records measured again, one by one, while `budget_s` lasts; the combined records by
+    variant id (only those that changed). `measure(variant_id)` yields the second measurement's record."""
+    suspects = {vid: why for vid, record in records.items()
+                if (why := why_suspect(record, history.get(vid))) is not None}
+    if not suspects:
+        return {}
+    changed: dict[str, RunRecord] = {}
+    if budget_s <= 0:
+        for vid, why in suspects.items():
+            changed[vid] = not_remeasured(records[vid], history.get(vid), why, "latency.retry_s is 0")
+        return changed
+    on_note(f"measuring {len(suspects)} suspect figure{'s' if len(suspects) != 1 else ''} again "
+            f"(latency.retry_s {budget_s:g} s): {', '.join(suspects)}")
+    start = time.monotonic()
+    for vid, why in suspects.items():
+        if time.monotonic() - start >= budget_s:
+            changed[vid] = not_remeasured(records[vid], history.get(vid), why,
+                                          f"latency.retry_s ({budget_s:g} s) was spent")
+            continue
+        second = next(iter(measure(vid)), None)
+        if second is None:
+            continue
+        changed[vid] = combine(records[vid], second, history.get(vid), why)
+    return changed
