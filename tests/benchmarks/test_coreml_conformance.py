@@ -6,15 +6,16 @@ An empty selection fails too (a test id that changed spelling once selected noth
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.conftest import ROOT
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]  # a coremltools op-test sample in a subprocess: ~130 s
 
 SCRIPT = ROOT / "benchmarks" / "coreml_conformance.py"
 # iOS15 ML programs at fp32 (256 cases). Selected by words in the ids, which pytest 9 spells out in full
@@ -30,6 +31,29 @@ def _table(out: str) -> dict[str, list[int]]:
     return rows
 
 
+def _lane():
+    spec = importlib.util.spec_from_file_location("bench_coreml_conformance", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_float16_cases_are_judged_by_ulps_of_the_expected_value():
+    within = _lane().within
+    expected = np.array([0.5, 0.25, -2.0], dtype=np.float32)
+    ulp = np.spacing(np.abs(expected).astype(np.float16)).astype(np.float64)  # 2**-11, 2**-12, 2**-9
+    assert within(expected + 4 * ulp, expected, "fp16", 1e-6, 1e-5).all()  # float16 rounding, a few ops deep
+    gru_like = expected + np.array([0.045, 0.0, 0.0])  # the old GRU reset gate's error at 0.5
+    assert within(gru_like, expected, "fp16", 1e-6, 1e-5).tolist() == [False, True, True]
+    assert within(gru_like, expected, "flat16", 1e-6, 1e-5).all()  # coremltools' flat 0.5/0.05 hid it
+    # an element far below the tensor's largest is judged by ulps of max|expected| / 16 (cancellation)
+    small = np.array([1e-4, 64.0], dtype=np.float32)
+    assert within(small + np.array([0.03, 0.0]), small, "fp16", 0.0, 0.0).all()  # ulp16(4) = 2**-8
+    assert not within(small + np.array([0.1, 0.0]), small, "fp16", 0.0, 0.0).all()
+
+
+@pytest.mark.slow  # a coremltools op-test sample in a subprocess: ~130 s
+@pytest.mark.torch
 def test_the_sample_routes_coremltools_op_tests_through_the_interpreter(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
     done = subprocess.run([sys.executable, str(SCRIPT), *SAMPLE], capture_output=True, text=True, env=env,

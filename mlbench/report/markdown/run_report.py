@@ -111,6 +111,23 @@ def _metric_cell(record: RunRecord, column: MetricInfo) -> str:
     return text
 
 
+def _lead_cell(record: RunRecord, column: MetricInfo, chip: str | None) -> str | None:
+    """The median or memory cell of a row this machine did not measure: the estimate (≈, with its band), so
+    a Linux run's Core ML rows lead with a figure, not a dash; None where the measured cell stands."""
+    from mlbench.report.lead import lead_latency, lead_memory
+
+    if column.name not in ("latency.median", "memory.peak"):
+        return None
+    mine = record.metrics.get(column.name)
+    if mine is not None and mine.value is not None:
+        return None
+    lead = lead_latency(record, chip) if column.name == "latency.median" else lead_memory(record)
+    if lead is None or lead.source != "estimated":
+        return None
+    text = fmt_metric(lead) if column.unit == "ms" else fmt_metric(lead, column.format)
+    return text + (f" (×{lead.band.worst_ratio:.2f})" if lead.band is not None else "")
+
+
 def render_column_notes(records: list[RunRecord], extra: list[MetricInfo]) -> list[str]:
     """What the extra columns are, and the error band their estimates carry: one line per kind."""
     groups: dict[str, list[str]] = {}
@@ -158,9 +175,13 @@ def _metric_keep(column: MetricInfo, extra_index: int) -> float:
 
 def model_columns(records: list[RunRecord]) -> list[Column]:
     """Every column of a model's table, in display order; `priority` says which stay out of the fold."""
+    from mlbench.report.lead import chips_of
+
     baseline = baseline_for(records)
     metric_columns = table_columns([name for r in records for name in r.metrics], "markdown")
     cells: dict[str, list[str]] = {}
+    chip = next(iter(chips_of(records)), None)
+    led: set[str] = set()  # the columns where some row leads with an estimate
 
     def add(name: str, value: str) -> None:
         cells.setdefault(name, []).append(value)
@@ -171,7 +192,10 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         add("variant", md_code(variant_label(r)))
         add("status", STATUS_MARK[r.status])
         for column in metric_columns:
-            add(column.name, _metric_cell(r, column))
+            lead = _lead_cell(r, column, chip)
+            if lead is not None:
+                led.add(column.name)
+            add(column.name, lead if lead is not None else _metric_cell(r, column))
         add("speedup", _speedup(r, baseline))
         add("verify", _verify(r))
         add("shares", shares)
@@ -199,7 +223,10 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         place = column.column
         assert place is not None  # table_columns gives only metrics with a column
         keep = _metric_keep(column, extras.index(column) if column in extras else 0)
-        placed.append((place.order, len(placed), Column(place.title or column.label, cells[column.name],
+        title = place.title or column.label
+        if column.name in led:  # which figure an unmeasured row shows, in the header
+            title += f" (else {ESTIMATE_MARK}{chip})" if column.name == "latency.median" else f" (else {ESTIMATE_MARK}estimated)"
+        placed.append((place.order, len(placed), Column(title, cells[column.name],
                                                         right=True, priority=keep)))
     return [column for _, _, column in sorted(placed, key=lambda item: (item[0], item[1]))]
 

@@ -173,18 +173,25 @@ def _bilinear(x, out_h: int, out_w: int, mode: str):
     return _sample_linear(y, y.dim() - 1, _grid(w, out_w, mode))
 
 
-def _nearest(x, out_h: int, out_w: int, scale_h: float | None = None, scale_w: float | None = None):
+def _nearest(x, out_h: int, out_w: int):
+    """Output pixel ``i`` reads source ``floor(i * in / out)``, in exact integers.
+
+    Core ML maps by the sizes, not by the scale factor: ``upsample_nearest_neighbor`` with scale
+    1.12 on a 3-pixel row reads 0, 1, 2 (coremltools' iOS15 op test), where ``floor(i / 1.12)``
+    reads 0, 0, 1. With an integral output size (torch's ``interpolate`` at 1.5 on 10 pixels)
+    the two agree.
+    """
     h, w = x.shape[-2], x.shape[-1]
-    rows = torch.floor(torch.arange(out_h, dtype=torch.float64) * (1 / scale_h if scale_h else h / out_h))
-    cols = torch.floor(torch.arange(out_w, dtype=torch.float64) * (1 / scale_w if scale_w else w / out_w))
-    x = x.index_select(x.dim() - 2, rows.clamp(max=h - 1).to(torch.int64))
-    return x.index_select(x.dim() - 1, cols.clamp(max=w - 1).to(torch.int64))
+    rows = (torch.arange(out_h, dtype=torch.int64) * h) // out_h
+    cols = (torch.arange(out_w, dtype=torch.int64) * w) // out_w
+    x = x.index_select(x.dim() - 2, rows.clamp(max=h - 1))
+    return x.index_select(x.dim() - 1, cols.clamp(max=w - 1))
 
 
 @kernel("upsample_nearest_neighbor")
 def upsample_nearest_neighbor(x, scale_factor_height=1, scale_factor_width=1, **_):
     sh, sw = as_float(scale_factor_height), as_float(scale_factor_width)
-    return _nearest(x, math.floor(x.shape[-2] * sh), math.floor(x.shape[-1] * sw), sh, sw)
+    return _nearest(x, math.floor(x.shape[-2] * sh), math.floor(x.shape[-1] * sw))
 
 
 @kernel("resize_nearest_neighbor")

@@ -82,3 +82,14 @@ def test_reshape_zero_entries_align_from_the_right_when_the_rank_changes():
     assert KERNELS["reshape"].fn(x=x, shape=torch.tensor([1, 0, -1, 0])).shape == (1, 1, 2, 50)
     assert KERNELS["reshape"].fn(x=torch.zeros(2, 3, 4), shape=torch.tensor([0, -1])).shape == (3, 8)
     assert KERNELS["reshape"].fn(x=torch.zeros(2, 3, 4), shape=torch.tensor([0, 0, -1])).shape == (2, 3, 4)
+
+
+def test_upsample_nearest_neighbor_fractional_scale_maps_by_the_sizes():
+    # coremltools' iOS15 op test: a 3-pixel row at width scale 1.12 -> 3 pixels reading 0, 1, 2
+    # (floor(i * 3 / 3)); floor(i / 1.12) would read 0, 0, 1 (off by 6.0 on the last pixel).
+    x = torch.tensor([1.5, -2.5, 3.5]).reshape(1, 1, 1, 3)
+    up = KERNELS["upsample_nearest_neighbor"].fn
+    assert up(x=x, scale_factor_height=torch.tensor(2.0), scale_factor_width=torch.tensor(1.12)).flatten().tolist() \
+        == [1.5, -2.5, 3.5, 1.5, -2.5, 3.5]
+    assert up(x=x, scale_factor_height=torch.tensor(3.17), scale_factor_width=torch.tensor(0.67)).flatten().tolist() \
+        == [1.5, -2.5] * 3  # 3 // 2: sources 0 and floor(1 * 3 / 2) = 1
