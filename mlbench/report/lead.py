@@ -45,26 +45,3 @@ def lead_memory(record: RunRecord) -> Metric | None:
         if metric is not None and metric.value is not None:
             return metric
     return None
-
-
-APPLE, ANDROID, SERVER = "Apple devices", "Android", "server or desktop CPU"
-TARGETS = {"coreml": APPLE, "coreai": APPLE, "litert": ANDROID, "tflite": ANDROID, "torch": SERVER,
-           "onnxruntime": SERVER}
-
-
-def target_of(record: RunRecord) -> str:
-    """Where the variant would ship: ExecuTorch by its delegate (Core ML: Apple; XNNPACK: Android), other
-    backends by name; anything unknown counts as this machine's CPU."""
-    if record.backend == "executorch":
-        text = "/".join(record.axes.values()).lower()
-        return APPLE if "coreml" in text else ANDROID
-    return TARGETS.get(record.backend, SERVER)
-
-
-def target_note(target: str, chip: str | None) -> str:
-    """What a group's latency is, in words."""
-    if target == APPLE:
-        return f"compared by one chip: measured where this machine ran it, else ≈ estimated on {chip or 'no chip'}"
-    if target == ANDROID:
-        return "measured on this machine's CPU: a stand-in for a phone's, not its latency"
-    return "measured on this machine's CPU"

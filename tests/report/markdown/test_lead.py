@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from mlbench.records import Metric
-from mlbench.report.lead import ANDROID, APPLE, SERVER, target_of
 from mlbench.report.markdown.run_report import render_markdown
 from tests.compare.test_comparison import rec, run_of
 
@@ -21,9 +20,3 @@ def test_every_unmeasured_core_ml_row_shows_its_first_chip_estimate_marked():
     cells = [c.strip() for c in row.split("|")]
     assert cells[3] == "≈2.00" and cells[4] == "≈10.0 MB"
     assert "| `torch/cpu` | ok | 8.00 | 40.0 MB |" in text  # measured leads, unmarked
-
-
-def test_variants_are_grouped_by_where_they_ship():
-    assert target_of(rec("m/coreml/all")) == APPLE
-    assert target_of(rec("m/torch/cpu")) == SERVER
-    assert target_of(rec("m/litert/cpu")) == ANDROID
