@@ -16,7 +16,6 @@ import pytest
 
 from tests.conftest import ROOT
 
-
 SCRIPT = ROOT / "benchmarks" / "coreml_conformance.py"
 # iOS15 ML programs at fp32 (256 cases). Selected by words in the ids, which pytest 9 spells out in full
 # (``backend=BackendConfig(backend='mlprogram', precision='fp32', ...)``); older pytest numbered them.

@@ -14,7 +14,6 @@ from mlbench.records import Metric
 from mlbench.run.retry import combine, history_medians, not_remeasured, remeasure, why_suspect
 from mlbench.stability import Stability
 from tests.compare.test_comparison import rec, run_of
-from tests.conftest import ROOT
 
 
 def timed(median: float, grade: str = "stable", reasons: list[str] | None = None):
