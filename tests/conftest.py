@@ -93,7 +93,7 @@ targets:
   - backend: torch
     device: [cpu]
     precision: [float32]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: out}}
 """
 
@@ -157,7 +157,7 @@ targets:
     precision: [float32, float16]
     compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
     estimate_on: [a17pro, m1]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 report: {{dir: out, formats: [json, markdown, html]}}
 """

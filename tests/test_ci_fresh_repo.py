@@ -37,7 +37,7 @@ targets:
   - backend: torch
     device: [cpu]
     precision: [float32]
-latency: {warmup: 1, repeats: 3, min_time_s: 0.0}
+latency: {warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}
 report: {dir: reports/tiny, formats: [json, markdown, html]}
 """
 

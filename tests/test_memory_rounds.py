@@ -38,7 +38,7 @@ models:
     inputs: [{{name: x, shape: [{batch}, 3, 96, 96]}}]
 targets:
   - backend: {backend}
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 memory: {{rounds: 3}}
 verify: {{samples: 1}}
 cache: {{dir: cache}}

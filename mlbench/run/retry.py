@@ -123,8 +123,9 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str) -
         used = "second" if near[1] else "first"
     else:
         used = "second" if _rank(second) < _rank(first) else "first"
-    chosen, other = (second, first) if used == "second" else (first, second)
-    value, other_value = _figure(chosen)[0], _figure(other)[0]
+    chosen_figure, other_figure = (second_figure, first_figure) if used == "second" else (first_figure, second_figure)
+    chosen = second if used == "second" else first
+    value, other_value = chosen_figure[0], other_figure[0]
     agree = max(value, other_value) / max(min(value, other_value), 1e-12) < AGREE_FACTOR
     note = (f"measured again at the end of the run ({why}): {first_figure[0]:.3g} ms then {second_figure[0]:.3g} ms; "
             f"this report uses the {'first' if used == 'first' else 'second'}")
@@ -141,7 +142,10 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str) -
     remeasured = {"why": why, "used": used, "history_median_ms": past,
                   "first": {"median_ms": first_figure[0], "grade": _grade(first_figure[1])},
                   "second": {"median_ms": second_figure[0], "grade": _grade(second_figure[1])}}
-    return _with_grade(chosen, change).model_copy(update={"details": {**chosen.details, "remeasured": remeasured}})
+    # the artifact came to this run with the first measurement (built or found in the cache): the second only
+    # found it where the first left it
+    return _with_grade(chosen, change).model_copy(update={"details": {**chosen.details, "remeasured": remeasured},
+                                                          "artifact": first.artifact})
 
 
 def _grade(stability: Stability | None) -> str | None:
@@ -170,15 +174,18 @@ def remeasure(records: dict[str, RunRecord], history: dict[str, float], budget_s
     changed: dict[str, RunRecord] = {}
     if budget_s <= 0:
         for vid, why in suspects.items():
-            changed[vid] = not_remeasured(records[vid], history.get(vid), why, "latency.retry_s is 0")
+            marked = not_remeasured(records[vid], history.get(vid), why, "latency.retry_s is 0")
+            if marked is not records[vid]:
+                changed[vid] = marked
         return changed
     on_note(f"measuring {len(suspects)} suspect figure{'s' if len(suspects) != 1 else ''} again "
             f"(latency.retry_s {budget_s:g} s): {', '.join(suspects)}")
     start = time.monotonic()
     for vid, why in suspects.items():
         if time.monotonic() - start >= budget_s:
-            changed[vid] = not_remeasured(records[vid], history.get(vid), why,
-                                          f"latency.retry_s ({budget_s:g} s) was spent")
+            marked = not_remeasured(records[vid], history.get(vid), why, f"latency.retry_s ({budget_s:g} s) was spent")
+            if marked is not records[vid]:
+                changed[vid] = marked
             continue
         second = next(iter(measure(vid)), None)
         if second is None:

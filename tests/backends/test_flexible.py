@@ -25,7 +25,7 @@ targets:
     compute_units: [cpu_and_ne]
     reshape_frequency: infrequent
   - backend: onnxruntime
-latency: {{warmup: 0, repeats: 2, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 2, min_time_s: 0.0, retry_s: 0}}
 verify: {{samples: 2, tolerance: {{float16: 5.0e-2, float32: 1.0e-3}}}}
 report: {{dir: out, formats: [json, markdown]}}
 history: {{enabled: false}}

@@ -209,7 +209,7 @@ def two_runs(tmp_path_factory):
     # process make every call ~200x slower for seconds at a time — a real change, not sample noise;
     # a 1 s window per run averages over shorter bursts of load from other processes.
     text = TINY_PIPELINE.format(root=ROOT).replace(
-        "latency: {warmup: 1, repeats: 3, min_time_s: 0.0}", "latency: {warmup: 2, repeats: 20, min_time_s: 1.0}"
+        "latency: {warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}", "latency: {warmup: 2, repeats: 20, min_time_s: 1.0}"
     ).replace("precision: [float32]", "precision: [float32]\n    threads: 1") + "history: {path: history.sqlite}\n"
     path = folder / "tiny.yaml"
     path.write_text(text)

@@ -25,7 +25,7 @@ models:
 targets:
   - backend: torch
   - backend: onnxruntime
-latency: {{warmup: 0, repeats: 1, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 1, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: out}}
 """
 

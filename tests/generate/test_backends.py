@@ -78,7 +78,7 @@ targets:
   - backend: torch
   - backend: onnxruntime
   - backend: executorch
-latency: {{warmup: 1, repeats: 4, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 4, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 history: {{enabled: false}}
 report: {{dir: out, formats: [json, markdown, html]}}

@@ -35,7 +35,7 @@ targets:
     gain: ["1", "2"]
     mode: [fast, steady]
   - backend: torch
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: out, formats: [json, markdown, html]}}
 history: {{enabled: false}}
 """

@@ -149,7 +149,7 @@ def test_a_model_s_error_is_shown_not_obeyed_in_a_real_run(write_pipeline, tmp_p
             inputs: [{{name: x, shape: [1, 8]}}]
         targets:
           - backend: torch
-        latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+        latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
         limits: {{export_s: 60, measure_s: 30}}
         cache: {{dir: cache}}
         report: {{dir: out, formats: [json, markdown, html]}}

@@ -44,7 +44,7 @@ models:
     inputs: [{name: x, shape: [1, 8]}]
 targets:
   - backend: torch
-latency: {warmup: 1, repeats: 3, min_time_s: 0.0}
+latency: {warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}
 report: {dir: out}
 history: {enabled: false}
 """

@@ -34,7 +34,7 @@ models:
 targets:
   - backend: torch
     precision: [float32, bfloat16]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: out, formats: [json, markdown, html]}}
 history: {{enabled: false}}
 """

@@ -29,7 +29,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 HEAD = """\
 version: 1
 name: hostile
-latency: {warmup: 1, repeats: 3, min_time_s: 0.0}
+latency: {warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}
 cache: {dir: cache}
 report: {dir: out}
 history: {enabled: false}

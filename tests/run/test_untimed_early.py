@@ -33,7 +33,7 @@ targets:
   - backend: coreml
     precision: [float32, float16]
     compute_units: [cpu_only, all]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 limits: {{export_s: 120, measure_s: 60}}
 cache: {{dir: cache}}
 report: {{dir: out}}

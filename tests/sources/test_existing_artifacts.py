@@ -21,7 +21,7 @@ IMAGE_INPUTS = """\
       - {name: image, shape: [1, 3, 32, 32]}
 """
 TAIL = """\
-latency: {warmup: 0, repeats: 2, min_time_s: 0.0}
+latency: {warmup: 0, repeats: 2, min_time_s: 0.0, retry_s: 0}
 verify: {tolerance: {float16: 5.0e-2, float32: 1.0e-3}}
 report: {dir: out, formats: [json]}
 history: {enabled: false}

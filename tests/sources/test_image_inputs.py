@@ -25,7 +25,7 @@ targets:
     precision: [float32, float16]
     compute_units: [cpu_only]
   - backend: onnxruntime
-latency: {{warmup: 0, repeats: 1, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 1, min_time_s: 0.0, retry_s: 0}}
 verify: {{samples: 2, tolerance: {{float32: 1.0e-4, float16: 5.0e-2}}}}
 report: {{dir: out, formats: [json]}}
 history: {{enabled: false}}

@@ -20,7 +20,7 @@ models:
 {inputs}
 targets:
   - backend: torch
-latency: {{warmup: 0, repeats: 1, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 1, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: out}}
 """
 

@@ -29,7 +29,7 @@ targets:
   - backend: coreml
     precision: [float16]
     compute_units: [cpu_only]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 history: {{enabled: false}}
 report: {{dir: out, formats: [json]}}

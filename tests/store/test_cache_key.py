@@ -78,7 +78,7 @@ def test_two_models_from_one_factory_never_share_an_export(write_pipeline, tmp_p
         targets:
           - backend: onnxruntime
             precision: [float32]
-        latency: {warmup: 1, repeats: 3, min_time_s: 0.0}
+        latency: {warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}
         report: {dir: out}
         history: {enabled: false}
         """))

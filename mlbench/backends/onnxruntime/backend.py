@@ -154,7 +154,7 @@ class OnnxruntimeBackend(Backend):
             options.profile_file_prefix = profile_prefix
         return options
 
-    def _thread_check(self, ort: Any, session: Any, feed: dict, path: str, provider: str,
+    def _thread_check(self, ort: Any, session: Any, feed: dict, path: Path, provider: str,
                       first_ms: float) -> tuple[Any, Any]:
         """The thread-pool stall check (`mlbench.thread_check`) against a second session with one intra-op
         thread (onnxruntime fixes a session's pool when it is created); (check, the one-thread session when

@@ -285,7 +285,7 @@ targets:
     compute_units: [all]
     estimate_on: [m1pro, a17pro]
     calibration: profiles/
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 report: {{dir: out}}
 """

@@ -99,7 +99,7 @@ targets:
     precision: [float32, float16]
     compute_units: [cpu_only, all]
     estimate_on: [a17pro, m1]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 report: {{dir: out}}
 """

@@ -29,7 +29,7 @@ targets:
   - backend: coreml
     precision: [float32, float16]
     compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 report: {{dir: out}}
 """

@@ -172,7 +172,7 @@ targets:
   - backend: coreml
     precision: [float32]
     estimate_on: [m1]
-latency: {{warmup: 1, repeats: 4, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 4, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 history: {{enabled: false}}
 report: {{dir: out, formats: [json, markdown]}}

@@ -47,7 +47,7 @@ targets:
     optimize: q8
 optimizations:
   q8: {kind: xnnpack_quantize, scheme: int8_dynamic}
-latency: {warmup: 1, repeats: 5, min_time_s: 0.0}
+latency: {warmup: 1, repeats: 5, min_time_s: 0.0, retry_s: 0}
 verify: {tolerance: {q8: 0.5}}
 cache: {dir: cache}
 report: {dir: out, formats: [json, markdown]}

@@ -35,7 +35,7 @@ optimizations:
   dyn8: {{kind: litert_quantize, scheme: dynamic_int8}}
   int8: {{kind: litert_quantize, scheme: full_int8}}
   w4: {{kind: litert_quantize, scheme: weight_only_int4}}
-latency: {{warmup: 1, repeats: 3, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
 verify: {{samples: 3, tolerance: {{dyn8: 0.05, int8: 0.05, w4: 0.1}}}}
 cache: {{dir: cache}}
 report: {{dir: out, formats: [json, markdown]}}
@@ -165,7 +165,7 @@ models:
       - {{name: attention_mask, dtype: int64, shape: [1, [8, 16]], fill: ones}}
 targets:
   - backend: litert
-latency: {{warmup: 0, repeats: 2, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 2, min_time_s: 0.0, retry_s: 0}}
 verify: {{samples: 2}}
 cache: {{dir: cache}}
 report: {{dir: out, formats: [json]}}
@@ -207,7 +207,7 @@ targets:
     optimize: [int8]
 optimizations:
   int8: {{kind: litert_quantize, scheme: full_int8}}
-latency: {{warmup: 0, repeats: 2, min_time_s: 0.0}}
+latency: {{warmup: 0, repeats: 2, min_time_s: 0.0, retry_s: 0}}
 verify: {{samples: 2, tolerance: {{int8: 0.1}}}}
 cache: {{dir: cache}}
 report: {{dir: out, formats: [json]}}

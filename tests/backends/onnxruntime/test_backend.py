@@ -30,7 +30,7 @@ targets:
   - backend: onnxruntime
     precision: [float32, float16]
     providers: [cpu, cuda]
-latency: {{warmup: 2, repeats: 5, min_time_s: 0.0}}
+latency: {{warmup: 2, repeats: 5, min_time_s: 0.0, retry_s: 0}}
 cache: {{dir: cache}}
 report: {{dir: out}}
 """

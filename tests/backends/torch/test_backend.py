@@ -25,7 +25,7 @@ targets:
   - backend: torch
     device: [cpu]
     precision: [float32, bfloat16]
-latency: {{warmup: 1, repeats: 5, min_time_s: 0.0}}
+latency: {{warmup: 1, repeats: 5, min_time_s: 0.0, retry_s: 0}}
 report: {{dir: reports, formats: [json]}}
 """
 
