@@ -38,6 +38,31 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class Deployment:
+    """Where a variant ships, as advice ("which variant to ship") groups variants: a star is given among the
+    variants of one deployment only, so an iPhone estimate is never ranked against an x86 measurement."""
+
+    name: str
+    label: str
+    basis: str
+    """How the group's latency figures compare, in words (what they stand for, and on what)."""
+    rank: int = 50
+    """Display order: lower first."""
+
+
+APPLE_DEVICES = Deployment(
+    name="apple", label="Apple devices", rank=10,
+    basis="compared by one chip: measured where this machine ran it (macOS), else estimated for the pipeline's "
+    "first estimate_on chip")
+ANDROID = Deployment(
+    name="android", label="Android", rank=20,
+    basis="measured on this machine's CPU: a stand-in for a phone's CPU, not a phone's latency")
+SERVER_CPU = Deployment(
+    name="server", label="server or desktop CPU", rank=30, basis="measured on this machine")
+"""The deployment targets a backend's variants can ship to; a backend names its own (`BackendSpec.deployment`)."""
+
+
+@dataclass(frozen=True)
 class MetricFamily:
     """Metrics a backend adds to the catalog under one prefix, named by the pipeline: `prefix` + an id
     (e.g. `latency.estimated.` + a chip id). Compare rules may name any of them."""
@@ -105,7 +130,19 @@ class BackendSpec:
     lacks one stops before starting, naming `extra` (`mlbench.run.preflight`)."""
     extra: str | None = None
     """The `mlbench-ondevice[EXTRA]` that installs `requires`."""
+    deployment: Deployment = SERVER_CPU
+    """Where this backend's variants ship (what ship advice groups them by)."""
+    deployment_by_axis: tuple[str, dict[str, Deployment]] | None = None
+    """(axis, value → deployment) for a backend whose variants ship to different places by one axis (ExecuTorch
+    by its delegate); a value not listed ships to `deployment`."""
     extras: dict[str, Any] = field(default_factory=dict)
+
+    def deployment_of(self, axes: dict[str, str]) -> Deployment:
+        """Where the variant with these axis values ships."""
+        if self.deployment_by_axis is not None:
+            axis, chosen = self.deployment_by_axis
+            return chosen.get(axes.get(axis, ""), self.deployment)
+        return self.deployment
 
     def warmups(self) -> tuple[str, ...]:
         """What a fresh export child does for this backend before its first request: `warmup`, else

@@ -1,7 +1,7 @@
 """Registration of the Core AI backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.coreai.target import CoreaiTarget
-from mlbench.plugins.spec import BackendSpec, InspectCommand
+from mlbench.plugins.spec import APPLE_DEVICES, BackendSpec, InspectCommand
 
 SPEC = BackendSpec(
     name="coreai",
@@ -16,5 +16,6 @@ SPEC = BackendSpec(
         configure="mlbench.backends.coreai.inspect:configure",
         run="mlbench.backends.coreai.inspect:run",
     ),
+    deployment=APPLE_DEVICES,
     order=3,
 )

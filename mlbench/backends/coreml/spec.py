@@ -1,7 +1,7 @@
 """Registration of the Core ML backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.coreml.target import CoremlTarget, Recipe
-from mlbench.plugins.spec import CPU, GPU, BackendSpec, DeviceInfo, InspectCommand, MetricFamily
+from mlbench.plugins.spec import APPLE_DEVICES, CPU, GPU, BackendSpec, DeviceInfo, InspectCommand, MetricFamily
 
 NEURAL_ENGINE = DeviceInfo(name="neural_engine", label="Neural Engine", short="ANE", color="#2e7d32", rank=10)
 
@@ -32,5 +32,6 @@ SPEC = BackendSpec(
     ),
     rules="mlbench.backends.apple.compression_rules:apple_rule_table",
     commands=("mlbench.backends.coreml.calibrate_command:register",),
+    deployment=APPLE_DEVICES,
     order=1,
 )

@@ -1,7 +1,7 @@
 """Registration of the ExecuTorch backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.executorch.target import ExecutorchTarget, XnnpackQuantizeRecipe
-from mlbench.plugins.spec import BackendSpec, MetricFamily
+from mlbench.plugins.spec import ANDROID, APPLE_DEVICES, BackendSpec, MetricFamily
 
 # Placements name the devices `xnnpack` and `coreml` (the delegates) and `cpu` (portable kernels). The
 # delegates are not registered as devices: every report's share columns list every registered device, and
@@ -24,5 +24,7 @@ SPEC = BackendSpec(
     recipes=XnnpackQuantizeRecipe,
     report_sections=("mlbench.backends.executorch.report:render_op_times",),
     metrics=(EMBEDDED_SHARE,),
+    deployment=ANDROID,  # XNNPACK and the portable kernels: a phone's CPU
+    deployment_by_axis=("delegate", {"coreml": APPLE_DEVICES}),
     order=5,
 )

@@ -5,7 +5,7 @@ placement says `cpu` for all of them (each op's `provider` names which), and the
 figure of this backend's own, `delegated.xnnpack`, shown as a column where a model has it."""
 
 from mlbench.backends.litert.target import LitertQuantizeRecipe, LitertTarget
-from mlbench.plugins.spec import CPU, BackendSpec, MetricFamily
+from mlbench.plugins.spec import ANDROID, CPU, BackendSpec, MetricFamily
 
 DELEGATED = MetricFamily(
     prefix="delegated.", placeholder="delegate", unit="ratio", label="{name} share of ops", better="higher", column=True,
@@ -22,5 +22,6 @@ SPEC = BackendSpec(
     devices=(CPU,),
     recipes=LitertQuantizeRecipe,
     metrics=(DELEGATED,),
+    deployment=ANDROID,
     order=3,
 )

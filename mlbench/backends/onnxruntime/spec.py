@@ -1,7 +1,7 @@
 """Registration of the ONNX Runtime backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.onnxruntime.target import OnnxruntimeTarget
-from mlbench.plugins.spec import CPU, GPU, BackendSpec
+from mlbench.plugins.spec import CPU, GPU, SERVER_CPU, BackendSpec
 
 SPEC = BackendSpec(
     name="onnxruntime",
@@ -12,5 +12,6 @@ SPEC = BackendSpec(
     extra="onnxruntime",
     devices=(GPU, CPU),
     report_sections=("mlbench.backends.onnxruntime.report:render_op_times",),
+    deployment=SERVER_CPU,
     order=2,
 )

@@ -1,7 +1,7 @@
 """Registration of the eager PyTorch backend (see mlbench.plugins.registry)."""
 
 from mlbench.backends.torch.target import TorchTarget
-from mlbench.plugins.spec import BackendSpec
+from mlbench.plugins.spec import SERVER_CPU, BackendSpec
 
 SPEC = BackendSpec(
     name="torch",
@@ -10,5 +10,6 @@ SPEC = BackendSpec(
     packages=("torch", "torchvision"),
     requires=(("torch", "torch"),),
     extra="torch",
+    deployment=SERVER_CPU,
     order=0,
 )

@@ -30,7 +30,7 @@ from mlbench.report.html.charts import value_of as _value
 from mlbench.report.html.from_markdown import to_html
 from mlbench.report.html.latency import latency_chart, latency_legend, not_timed_note
 from mlbench.report.html.memory import memory_section
-from mlbench.report.html.ship import ship_chart, ship_legend, wanted
+from mlbench.report.html.ship import ship_chart, ship_legend
 from mlbench.report.html.trend import trend_chart
 from mlbench.report.markdown.run_report import fmt_metric, model_details, model_table, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
@@ -87,21 +87,29 @@ def latency_section(records: Sequence[RunRecord]) -> list[str]:
 
 
 def ship_section(records: Sequence[RunRecord]) -> list[str]:
-    """Per model, latency beside size beside error: which variant to ship."""
-    width, label = _label(records)
+    """Per model and deployment target, latency beside size beside error: which variant to ship. Each target
+    is a chart of its own, with its own stars and its own latency axis: a star never crosses targets."""
+    from mlbench.report.advice import ship_groups
     from mlbench.report.estimate_order import order_statements
 
+    width, label = _label(records)
     charts = []
     for model, rows in by_model(records).items():
         order = order_statements(rows)
-        if not wanted(rows) and not order:
+        groups = [g for g in ship_groups(rows) if g.wanted]
+        if not groups and not order:
             continue
-        chart = ship_chart(rows, label, width) if wanted(rows) else ""
+        parts = [f'<h3 class="model">{escape(model)}</h3>']
+        for group in groups:
+            parts.append(f'<h4 class="target">{escape(group.deployment.label)} <span class="meta">'
+                         f'({escape(group.deployment.basis)})</span></h4>')
+            parts.append(ship_chart([row.record for row in group.rows], label, width))
         items = "".join(f'<li class="order {s.confidence.replace(" ", "-")}">{escape(s.text())}</li>' for s in order)
-        listing = (f'<p class="note">Estimated order, per chip (each variant against the next slower one; confidence '
-                   f'from how often the calibration ordered published pairs of the same kinds alike):</p>'
-                   f'<ul class="estimated-order">{items}</ul>') if order else ""
-        charts.append(f'<h3 class="model">{escape(model)}</h3>' + chart + listing)
+        if order:
+            parts.append('<p class="note">Estimated order, per chip (each variant against the next slower one; '
+                         "confidence from how often the calibration ordered published pairs of the same kinds "
+                         f'alike):</p><ul class="estimated-order">{items}</ul>')
+        charts.append("".join(parts))
     return [ship_legend(), *charts] if charts else []
 
 

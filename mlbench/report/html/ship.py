@@ -1,14 +1,15 @@
-""""Which variant should I ship?": one chart per model setting each variant's latency beside its size and
-its output error, fastest first, with a star on the variants no other variant beats on all three at once.
+""""Which variant should I ship?": one chart per model and deployment target (`report.advice`: Apple devices,
+Android, a server's CPU) setting each variant's latency beside its size and its output error, fastest first,
+with a star on the variants no other variant of the same target beats on all three at once.
 
-- Latency: one figure for every row, so the bars compare like with like: the one most of the model's
+- Latency: one figure for every row, so the bars compare like with like: the one most of the target's
   variants have (the measured median, else an estimate for one chip, hatched and marked `≈`); a variant
   without it shows – and gets no star.
 - Size: the artifact's size on disk (measured).
 - Error: the verification's max_rel on a log scale (a dot; `†` emulated, `‡` reference), with the
   precision's tolerance as a red tick; a variant that failed its tolerance is marked ✗ and gets no star.
 
-A star means: among the variants with all three figures, none is at least as fast, as small and as close
+A star means: among the target's variants with all three figures, none is at least as fast, as small and as close
 to the reference, and better in one. Those are the candidates; which of them to ship is the reader's
 trade.
 """
@@ -17,13 +18,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
 
 from mlbench.metrics import ESTIMATE_MARK, estimate_mark, source_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
-from mlbench.report.html.charts import LATENCY_COLOR, hatch_id, nice_max, value_of
-from mlbench.report.html.latency import estimate_columns
+from mlbench.report.advice import Row, front, rows_of
+from mlbench.report.html.charts import LATENCY_COLOR, hatch_id, nice_max
 from mlbench.report.text import html_text as escape
 from mlbench.units import human_bytes
 
@@ -32,65 +32,6 @@ ERROR_COLOR = "#6a1b9a"
 TOLERANCE_COLOR = "#c62828"
 PANEL_W, TEXT_W, STAR_W = 170, 84, 22
 ROW_H, HEAD = 22, 40
-
-
-class Row(NamedTuple):
-    record: RunRecord
-    latency: float | None
-    latency_source: str | None
-    size: int | None
-    error: float | None
-    error_source: str | None
-    tolerance: float | None
-    passed: bool
-
-
-def latency_basis(records: Sequence[RunRecord]) -> tuple[str, str] | None:
-    """(metric name, words) of the latency figure most ok variants have: the median first, then each estimate."""
-    ok = [r for r in records if r.status == "ok"]
-    options = [("latency.median", "median")] + [(c.name, f"{ESTIMATE_MARK} estimate on {c.name.rsplit('.', 1)[-1]}")
-                                                for c in estimate_columns(ok)]
-    counts = [(sum(value_of(r, name) is not None for r in ok), -i, name, words)
-              for i, (name, words) in enumerate(options)]
-    best = max(counts, default=None)
-    return (best[2], best[3]) if best is not None and best[0] > 0 else None
-
-
-def rows_of(records: Sequence[RunRecord]) -> tuple[list[Row], str]:
-    """The chart's rows (ok variants with any figure), fastest first, and the latency basis in words."""
-    basis = latency_basis(records)
-    rows = []
-    for record in records:
-        if record.status != "ok":
-            continue
-        latency = value_of(record, basis[0]) if basis else None
-        verify = record.verify
-        error = verify.max_rel if verify is not None and verify.max_rel is not None else None
-        row = Row(record, latency.value if latency else None, latency.source if latency else None,
-                  record.artifact.size_bytes if record.artifact else None, error,
-                  verify.source if verify else None, verify.tolerance if verify else None,
-                  verify.passed if verify else True)
-        if row.latency is not None or row.size is not None or row.error is not None:
-            rows.append(row)
-    rows.sort(key=lambda r: (r.latency is None, r.latency or 0.0))
-    return rows, basis[1] if basis else "no latency"
-
-
-def front(rows: Sequence[Row]) -> set[str]:
-    """Variant ids no other row dominates (at least as good on latency, size and error, better on one)."""
-    full = [r for r in rows if r.latency is not None and r.size is not None and r.error is not None and r.passed]
-    keys = {r.record.variant_id: (r.latency, r.size, r.error) for r in full}
-
-    def beats(a: tuple, b: tuple) -> bool:
-        return all(x <= y for x, y in zip(a, b)) and a != b
-
-    return {v for v, k in keys.items() if not any(beats(other, k) for o, other in keys.items() if o != v)}
-
-
-def wanted(records: Sequence[RunRecord]) -> bool:
-    """Whether a ship chart says anything: two variants or more with a latency and a size or an error."""
-    rows, _ = rows_of(records)
-    return sum(r.latency is not None and (r.size is not None or r.error is not None) for r in rows) >= 2
 
 
 def ship_chart(records: Sequence[RunRecord], label: Callable[[RunRecord], str], label_w: int) -> str:
@@ -176,7 +117,8 @@ def _error(row: Row, x0: int, ex, y: float, mid: float) -> list[str]:
 
 
 def ship_legend() -> str:
-    return ('<p class="meta">Fastest first. <b>★</b>: no other variant is at least as fast, as small and as close '
-            "to the reference, and better in one: the candidates to ship. Latency bars share one figure (named "
+    return ('<p class="meta">One chart per deployment target (where the variants run), fastest first. <b>★</b>: no '
+            "other variant for the same target is at least as fast, as small and as close to the reference, and "
+            "better in one: the candidates to ship (a star is never given across targets). Latency bars share one figure (named "
             f"above them; hatched and <b>{ESTIMATE_MARK}</b> when estimated); max_rel is a dot on a log scale, the "
             f'red tick is its precision\'s tolerance (<b>✗</b>: over it; <b>†</b> emulated, <b>‡</b> reference).</p>')

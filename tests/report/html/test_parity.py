@@ -191,7 +191,7 @@ def test_the_ship_chart_puts_latency_size_and_error_side_by_side_and_stars_the_u
     # the fastest, cpu_and_gpu/palettize4 the smallest, float32 the closest to the reference: each a candidate
     assert stars == [f"{LONG}/coreml/float16/all/none", f"{LONG}/coreml/float16/cpu_and_gpu/palettize4",
                      f"{LONG}/coreml/float32/cpu_and_gpu/none"]
-    from mlbench.report.html.ship import front, rows_of
+    from mlbench.report.advice import front, rows_of
 
     slower = coreml_like_report()
     slower.records[3].metrics["latency.estimated.a17pro"] = Metric(value=2.5, unit="ms", source="estimated")
