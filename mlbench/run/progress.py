@@ -34,27 +34,49 @@ LONG_STAGES = ("load", "export", "measure")
 
 
 def record_line(record: RunRecord, done: int, total: int) -> str:
+    """`[2/8] m/coreml/float16/all  ok  ≈0.412 ms on a17pro (estimated, ×2.01 at worst), memory ≈10.0 MB
+    (estimated)`: the best figure the variant has leads (measured, else the first chip's estimate with its band);
+    where both exist, the estimate stays beside the measurement."""
     median = record.metrics.get("latency.median")
     figure = f"median {median.value:.3f} ms ({median.source})" if median and median.value is not None else ""
     if figure and median is not None:
         figure += suffix(median.stability)
+    estimate = _estimate(record)
+    figure = "; ".join(f for f in (figure, estimate) if f)
+    if figure:
+        figure += _memory(record)
     unstable = metric_notes(record.metrics)
     if unstable and record.status == "ok":  # a figure not to trust says so where it is first seen
         figure = f"{figure}  [{'; '.join(unstable)}]".strip()
-    detail = record.error if record.status != "ok" else figure or _estimate(record)
+    detail = record.error if record.status != "ok" else figure
     line = f"[{done:>{len(str(total))}}/{total}] {record.variant_id}  {record.status}  {detail or ''}".rstrip()
     return printable(line)  # a model's error text never drives the terminal
 
 
 def _estimate(record: RunRecord) -> str:
-    """`≈0.412 ms on a17pro (estimated)`: the first latency estimate of a variant this machine does not time
-    (Core ML off a Mac), so its line says more than `ok`."""
+    """`≈0.412 ms on a17pro (estimated, ×2.01 at worst)`: the first chip's latency estimate (the pipeline's first
+    `estimate_on`), with its band where the calibration gives one; '' without one."""
     from mlbench.metrics import ESTIMATE_MARK
+    from mlbench.report.lead import ESTIMATED_LATENCY, chips_of
 
-    for name, metric in record.metrics.items():
-        if name.startswith("latency.estimated.") and metric.value is not None:
-            return f"{ESTIMATE_MARK}{metric.value:.3f} {metric.unit} on {name.rpartition('.')[2]} (estimated)"
-    return ""
+    chip = next(iter(chips_of([record])), None)
+    metric = record.metrics.get(ESTIMATED_LATENCY + chip) if chip is not None else None
+    if metric is None or metric.value is None:
+        return ""
+    band = f", ×{metric.band.worst_ratio:.2f} at worst" if metric.band is not None else ""
+    return f"{ESTIMATE_MARK}{metric.value:.3f} {metric.unit} on {chip} (estimated{band})"
+
+
+def _memory(record: RunRecord) -> str:
+    """`, memory 40.0 MB (measured)`: the measured peak, else the estimate; '' without either."""
+    from mlbench.metrics import source_mark
+    from mlbench.report.lead import lead_memory
+    from mlbench.units import human_bytes
+
+    memory = lead_memory(record)
+    if memory is None or memory.value is None:
+        return ""
+    return f", memory {source_mark(memory.source)}{human_bytes(int(memory.value))} ({memory.source})"
 
 
 def clock(seconds: float) -> str:

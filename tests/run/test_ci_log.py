@@ -15,7 +15,7 @@ import time
 import pytest
 
 from mlbench.cli.main import main
-from mlbench.records import Metric, RunRecord
+from mlbench.records import Band, Metric, RunRecord
 from mlbench.run.progress import PlainProgress, record_line
 from tests.conftest import ROOT
 
@@ -109,6 +109,14 @@ def test_a_core_ml_line_gives_its_estimate_where_nothing_is_measured():
                        metrics={"latency.estimated.a17pro": Metric(value=0.4123, unit="ms", source="estimated"),
                                 "latency.estimated.m1": Metric(value=0.3, unit="ms", source="estimated")})
     assert record_line(record, 2, 8) == "[2/8] m/coreml/float16/all  ok  ≈0.412 ms on a17pro (estimated)"
+    band = Band(median_ratio=1.4, worst_ratio=2.01, basis="calibration")
+    record.metrics["latency.estimated.a17pro"] = Metric(value=0.4123, unit="ms", source="estimated", band=band)
+    record.metrics["memory.estimated"] = Metric(value=10_000_000, unit="bytes", source="estimated")
+    assert record_line(record, 2, 8) == ("[2/8] m/coreml/float16/all  ok  ≈0.412 ms on a17pro (estimated, ×2.01 at "
+                                         "worst), memory ≈10.0 MB (estimated)")
+    record.metrics["latency.median"] = Metric(value=0.5, unit="ms", source="measured")  # on a Mac: measured leads
+    assert record_line(record, 2, 8).endswith("ok  median 0.500 ms (measured); ≈0.412 ms on a17pro (estimated, "
+                                              "×2.01 at worst), memory ≈10.0 MB (estimated)")
 
 
 @pytest.mark.torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from mlbench.metrics import ESTIMATE_MARK, headline, source_mark, table_columns
+from mlbench.metrics import ESTIMATE_MARK
 from mlbench.plugins.registry import devices
 from mlbench.records import RunRecord, RunReport
 from mlbench.report.html.charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
@@ -28,13 +28,13 @@ from mlbench.report.html.charts import (  # noqa: F401  (LABEL_W, PLOT_W and the
 )
 from mlbench.report.html.charts import value_of as _value
 from mlbench.report.html.from_markdown import to_html
+from mlbench.report.html.headline import headline_table
 from mlbench.report.html.latency import latency_chart, latency_legend, not_timed_note
 from mlbench.report.html.memory import memory_section
 from mlbench.report.html.ship import ship_chart, ship_legend
 from mlbench.report.html.trend import trend_chart
-from mlbench.report.markdown.run_report import fmt_metric, model_details, model_table, variant_label
+from mlbench.report.markdown.run_report import model_details, model_table, variant_label
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
-from mlbench.stability import metric_notes
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;
@@ -48,6 +48,7 @@ svg .label { font-family: ui-monospace, Menlo, Consolas, monospace; }
 svg .muted { fill: #757575; }
 table { border-collapse: collapse; margin-top: 8px; } th, td { padding: 3px 10px; border-bottom: 1px solid #eee;
        text-align: right; } th:first-child, td:first-child { text-align: left; font-family: ui-monospace, Menlo, monospace; }
+table th.text, table td.text { text-align: left; }
 .failed { color: #c62828; font-weight: 600; } .skipped { color: #757575; }
 .trends { display: flex; flex-wrap: wrap; gap: 12px; }
 svg .value { font-size: 11px; } svg .head { font-weight: 600; } svg .star { font-size: 15px; fill: #f9a825; }
@@ -130,29 +131,6 @@ def figures_section(report: RunReport) -> list[str]:
             for model, rows in by_model(report.records).items()]
 
 
-def _table(records: Sequence[RunRecord]) -> str:
-    """The headline table: the catalog's `html` metric columns (`ColumnPlace`) between variant, status and
-    verify, placement and note."""
-    share = next((name for name in headline() if name.startswith("placement.")), None)
-    share_label = f"{devices()[share.removeprefix('placement.')].label} % of cost" if share else "placement"
-    metric_columns = table_columns([name for r in records for name in r.metrics], "html")
-    head = ("variant", "status", *(m.label for m in metric_columns), "verify max_rel", share_label, "note")
-    rows = []
-    for r in records:
-        ne = _value(r, share) if share else None
-        cells = [
-            escape(r.variant_id), f'<span class="{r.status}">{escape(r.status)}</span>',
-            *(fmt_metric(r.metrics.get(m.name)) if m.unit == "ms" else fmt_metric(r.metrics.get(m.name), m.format)
-              for m in metric_columns),
-            (source_mark(r.verify.source) + f"{r.verify.max_rel:.2e}") if r.verify else "–",
-            fmt_metric(ne.metric if ne else None, lambda v: f"{v * 100:.0f}%"),
-            escape((r.error or "")[:160] if r.status != "ok" else "; ".join(metric_notes(r.metrics))),
-        ]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ("<table><thead><tr>" + "".join(f"<th>{escape(h)}</th>" for h in head) + "</tr></thead><tbody>"
-            + "".join(rows) + "</tbody></table>")
-
-
 def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | None = None) -> str:
     """The whole report as one HTML document. `trends`: per variant, earlier runs' latency medians
     (oldest first); this run's own figure is added at the end when it is not there yet."""
@@ -214,7 +192,7 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     else:
         body.append('<p class="meta">No earlier runs of this pipeline in the history yet.</p>')
     body.append("<h2>Figures</h2>")
-    body.append(_table(report.records))
+    body.append(headline_table(report.records))
     body.append("<h2>Every figure, per model</h2>")
     body.append('<p class="meta">The Markdown report\'s tables with none of their columns folded away, and '
                 "their notes.</p>")
