@@ -13,6 +13,7 @@ from mlbench.metrics import format_ms as fmt_ms
 from mlbench.records import RunRecord
 from mlbench.report.html.charts import LATENCY_COLOR, PLOT_W, ROW_H, TOP, VALUE_W, hatch_id, label_width, nice_max
 from mlbench.report.html.charts import value_of as _value
+from mlbench.report.html.ticks import linear_time_labels
 from mlbench.report.markdown.generation import base_label
 from mlbench.report.text import html_text as escape
 
@@ -26,10 +27,11 @@ def bar_chart(rows: Sequence[tuple[str, RunRecord]], metric: str, title: str, un
     x = lambda v: label_w + PLOT_W * v / axis_max  # noqa: E731
     parts = [f'<svg class="chart generate" role="img" aria-label="{escape(title)}" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}">']
-    for i in range(5):
-        tick = axis_max * i / 4
+    ticks = [axis_max * i / 4 for i in range(5)]
+    labels = linear_time_labels(ticks) if unit == "ms" else [f"{tick:.4g} {unit}" for tick in ticks]
+    for tick, text in zip(ticks, labels, strict=True):
         parts.append(f'<line x1="{x(tick):.1f}" y1="{TOP - 6}" x2="{x(tick):.1f}" y2="{height - 10}" stroke="#eee"/>')
-        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{tick:.4g} {unit}</text>')
+        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted tick">{text}</text>')
     for i, ((label, record), figure) in enumerate(zip(rows, figures)):
         y = TOP + i * ROW_H
         parts.append(f'<text class="label" x="{label_w - 8}" y="{y + 17}" text-anchor="end">{escape(label)}</text>')

@@ -28,6 +28,7 @@ from mlbench.report.html.charts import (
     swatch,
     value_of,
 )
+from mlbench.report.html.ticks import linear_time_labels, log_time_label
 from mlbench.report.text import html_text as escape
 from mlbench.stability import mark, suffix
 
@@ -93,19 +94,23 @@ estimate would leave the estimate a 0-px sliver on a linear one."""
 
 
 def scale(values: Sequence[float], label_w: int) -> tuple[Callable[[float], float], list[tuple[float, str]]]:
-    """x of a figure, and the ticks: linear from zero; logarithmic (decades) when the figures span more
-    than `LOG_ABOVE`."""
+    """x of a figure, and the ticks (each labelled in the axis's one style: `ticks`): linear from zero;
+    logarithmic (decades) when the figures span more than `LOG_ABOVE`."""
     positive = [v for v in values if v > 0]
-    if positive and max(positive) / min(positive) > LOG_ABOVE:
+    if is_log(values):
         lo, hi = math.floor(math.log10(min(positive))), math.ceil(math.log10(max(positive)))
         span = max(hi - lo, 1)
         log_x = lambda v: label_w + PLOT_W * (math.log10(max(v, 10.0 ** lo)) - lo) / span  # noqa: E731
-        ticks = [(10.0 ** k, f"{_num(10.0 ** k)} ms") for k in range(lo, lo + span + 1)]
-        ticks[-1] = (ticks[-1][0], ticks[-1][1] + " (log)")
-        return log_x, ticks
+        return log_x, [(10.0 ** k, log_time_label(10.0 ** k)) for k in range(lo, lo + span + 1)]
     axis_max = nice_max(max(values, default=0.0) * 1.05)
-    return (lambda v: label_w + PLOT_W * v / axis_max), [(axis_max * i / 4, f"{_num(axis_max * i / 4)} ms")
-                                                          for i in range(5)]
+    ticks = [axis_max * i / 4 for i in range(5)]
+    return (lambda v: label_w + PLOT_W * v / axis_max), list(zip(ticks, linear_time_labels(ticks), strict=True))
+
+
+def is_log(values: Sequence[float]) -> bool:
+    """Whether `scale` draws these figures on a log axis."""
+    positive = [v for v in values if v > 0]
+    return bool(positive) and max(positive) / min(positive) > LOG_ABOVE
 
 
 def latency_chart(records: Sequence[RunRecord], label: Callable[[RunRecord], str] = lambda r: r.variant_id,
@@ -122,6 +127,7 @@ def latency_chart(records: Sequence[RunRecord], label: Callable[[RunRecord], str
         if p90 is not None and best is not None and bars and bars[0][0] == "median":
             ends += [best.value, p90.value]
     x, ticks = scale(ends, label_w)
+    log = is_log(ends)
     heights = [max(ROW_H, 6 + len(bars) * (BAR_H + BAR_GAP)) for _, bars in rows]
     width = label_w + PLOT_W + VALUE_W
     height = TOP + sum(heights) + 10
@@ -129,7 +135,9 @@ def latency_chart(records: Sequence[RunRecord], label: Callable[[RunRecord], str
              f'height="{height}" viewBox="0 0 {width} {height}">']
     for tick, text in ticks:
         parts.append(f'<line x1="{x(tick):.1f}" y1="{TOP - 6}" x2="{x(tick):.1f}" y2="{height - 10}" stroke="#eee"/>')
-        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted">{text}</text>')
+        parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted tick">{text}</text>')
+    if log:  # said once, beside the axis, not glued to a tick label
+        parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{TOP - 10}" class="muted">log scale</text>')
     y = TOP
     for (record, bars), row_h in zip(rows, heights):
         parts.append(f'<text class="label" x="{label_w - 8}" y="{y + row_h / 2 + 4:.1f}" text-anchor="end">'
@@ -204,17 +212,19 @@ def _estimate_bar(record: RunRecord, metric: Metric, column: MetricInfo, i: int,
     return parts
 
 
-def latency_legend(records: Sequence[RunRecord] = ()) -> str:
-    """What the bars are: measured and estimated medians, the whisker, and each estimated chip's colour."""
+def latency_legend(records: Sequence[RunRecord] = (), machine: str = "") -> str:
+    """Which machine or chip each bar is: measured medians (this machine, named), estimated medians, and each
+    estimated chip's colour."""
     from mlbench.metrics import ESTIMATE_MARK
 
     hatched = swatch(f"url(#{hatch_id('latency')})")
-    chips = "".join(f"<span>{swatch(_chip_fill(i))}{ESTIMATE_MARK} {escape(chip_of(c))} (estimated)</span>"
+    chips = "".join(f"<span>{swatch(_chip_fill(i))}{ESTIMATE_MARK} {escape(chip_of(c))} (estimated for that chip)</span>"
                     for i, c in enumerate(estimate_columns(records)))
     band = ('<span><svg class="swatch" width="18" height="12"><g stroke="#616161" stroke-width="1.2">'
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="2" x2="1" y2="10"/><line x1="17" y1="2" '
             'x2="17" y2="10"/></g></svg>estimate band: ×worst either way, ticks at ×typical</span>' if chips else "")
-    return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}measured median</span>'
+    here = f"measured median on this machine ({escape(machine)})" if machine else "measured median on this machine"
+    return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}{here}</span>'
             f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>{chips}'
             '<span><svg class="swatch" width="18" height="12"><g stroke="#212121" stroke-width="1.5">'
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="1" x2="1" y2="11"/><line x1="17" y1="1" x2="17" '

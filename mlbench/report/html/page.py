@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from mlbench.metrics import ESTIMATE_MARK
 from mlbench.plugins.registry import devices
+from mlbench.plugins.spec import Deployment
 from mlbench.records import RunRecord, RunReport
 from mlbench.report.html.charts import (  # noqa: F401  (LABEL_W, PLOT_W and the colours: what tests measure)
     LABEL_W,
@@ -57,6 +58,10 @@ table.md th, table.md td { padding: 3px 6px; } table.md td.num { text-align: rig
 table.md code, p code, li code { font: 12px ui-monospace, Menlo, Consolas, monospace; background: #f5f5f5; }
 h4 { font-size: 15px; margin: 20px 0 4px; font-family: ui-monospace, Menlo, Consolas, monospace; }
 h5 { font-size: 13px; margin: 12px 0 4px; } details { margin: 6px 0; }
+h4.target, p.target { font: 600 13px -apple-system, "Segoe UI", Roboto, Arial, sans-serif; margin: 10px 0 2px; }
+h4.target .meta, p.target .meta { font-weight: 400; }
+.targets { display: flex; flex-wrap: wrap; gap: 8px 24px; } .target-chart { max-width: 620px; }
+ol.point-legend { font: 12px ui-monospace, Menlo, Consolas, monospace; margin: 2px 0 8px; }
 """
 
 
@@ -73,17 +78,37 @@ def _label(records: Sequence[RunRecord]) -> tuple[int, Callable[[RunRecord], str
     return width, lambda r: fit_label(variant_label(r), width)
 
 
-def latency_section(records: Sequence[RunRecord]) -> list[str]:
-    """One chart per model, each on its own scale: a fast model is never a sliver beside a slow one."""
+def by_target(records: Sequence[RunRecord]) -> list[tuple[Deployment, list[RunRecord]]]:
+    """The records by deployment target (where their variants run), in the targets' display order."""
+    from mlbench.report.advice import deployment_of
+
+    grouped: dict[str, tuple[Deployment, list[RunRecord]]] = {}
+    for record in records:
+        target = deployment_of(record)
+        grouped.setdefault(target.name, (target, []))[1].append(record)
+    return sorted(grouped.values(), key=lambda item: item[0].rank)
+
+
+def target_heading(target: Deployment) -> str:
+    return f'<h4 class="target">{escape(target.label)} <span class="meta">({escape(target.basis)})</span></h4>'
+
+
+def latency_section(records: Sequence[RunRecord], machine: str = "") -> list[str]:
+    """One chart per model and deployment target, each on its own scale: a fast model is never a sliver beside
+    a slow one, and a chip's estimates never share an axis with this machine's measurements of another target."""
     parts = ['<p class="meta">Bar: median; whisker: best to p90 of the timed calls; a hatched bar per chip a '
-             "latency is estimated for, its whisker the estimate's error band. Each model has its own "
-             "scale (the ticks above its chart), so compare bars within a model, and read the figures across "
-             "models.</p>", latency_legend(records)]
+             "latency is estimated for, its whisker the estimate's error band. Each model and deployment target has "
+             "its own chart and scale (the ticks above it), so compare bars within a chart, and read the figures "
+             "across charts.</p>", latency_legend(records, machine)]
     width, label = _label(records)
     for model, rows in by_model(records).items():
         parts.append(f'<h3 class="model">{escape(model)}</h3>')
-        parts.append(not_timed_note(rows))
-        parts.append(latency_chart(rows, label=label, label_w=width))
+        targets = by_target(rows)
+        for target, mine in targets:
+            if len(targets) > 1:
+                parts.append(target_heading(target))
+            parts.append(not_timed_note(mine))
+            parts.append(latency_chart(mine, label=label, label_w=width))
     return parts
 
 
@@ -102,8 +127,7 @@ def ship_section(records: Sequence[RunRecord]) -> list[str]:
             continue
         parts = [f'<h3 class="model">{escape(model)}</h3>']
         for group in groups:
-            parts.append(f'<h4 class="target">{escape(group.deployment.label)} <span class="meta">'
-                         f'({escape(group.deployment.basis)})</span></h4>')
+            parts.append(target_heading(group.deployment))
             parts.append(ship_chart([row.record for row in group.rows], label, width))
         items = "".join(f'<li class="order {s.confidence.replace(" ", "-")}">{escape(s.text())}</li>' for s in order)
         if order:
@@ -159,7 +183,7 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')
 
     body.append("<h2>Latency per model</h2>")
-    body += latency_section(report.records)
+    body += latency_section(report.records, machine_text)
     from mlbench.report.html.generation import generation_html  # a generative model's charts (none otherwise)
 
     body += generation_html(report.records)

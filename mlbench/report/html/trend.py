@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from mlbench.metrics import estimate_mark
 from mlbench.metrics import format_ms as fmt_ms
 from mlbench.report.html.charts import TREND_COLOR, TrendPoint, nice_max
+from mlbench.report.html.ticks import linear_time_labels
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 W, H = 360, 180
@@ -65,11 +66,11 @@ def trend_chart(variant_id: str, points: Sequence[TrendPoint], current_run: str)
              f'<rect x="0.5" y="0.5" width="{W - 1}" height="{H - 1}" fill="none" stroke="#e0e0e0"/>',
              f'<text class="label" x="8" y="18">{escape(title)}</text>',
              f'<text class="muted change" x="{W - 8}" y="18" text-anchor="end">{escape(change)}</text>']
-    for fraction in (0.0, 0.5, 1.0):
-        tick = top * fraction
+    ticks = [top * fraction for fraction in (0.0, 0.5, 1.0)]
+    for tick, text in zip(ticks, linear_time_labels(ticks), strict=True):
         parts.append(f'<line x1="{PAD_L}" y1="{py(tick):.1f}" x2="{W - PAD_R}" y2="{py(tick):.1f}" stroke="#eee"/>')
         parts.append(f'<text class="muted tick" x="{PAD_L - 6}" y="{py(tick) + 4:.1f}" text-anchor="end">'
-                     f'{fmt_ms(tick) if tick else "0"} ms</text>')
+                     f'{text}</text>')
     parts.append(f'<line x1="{PAD_L}" y1="{PAD_T + plot_h}" x2="{W - PAD_R}" y2="{PAD_T + plot_h}" stroke="#9e9e9e"/>')
     below = PAD_T + plot_h + 16
     parts.append(f'<text class="muted date" x="{xs[0]:.1f}" y="{below}" text-anchor="start">'
