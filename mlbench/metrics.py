@@ -106,8 +106,8 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("verify.logits_max_rel", "rel", "logits max_rel", "lower", compared=True),
     # memory (mlbench/memory.py measures; Core ML's estimate: backends/coreml/memory_estimate.py)
     MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=EXTRA,
-               describe="resident memory at the predictions' peak, above the level before loading (‡: in the "
-               "vendor's reference runtime on this machine's CPU, not a device)", noise_floor=(0.05, 4e6)),
+               describe="resident memory at the predictions' peak, above the level before loading",
+               noise_floor=(0.05, 4e6)),
     MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6)),
     MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=EXTRA,
                describe="weights as stored + the largest sum of live activations in program order, at the variant's "

@@ -39,8 +39,8 @@ def test_a_catalog_line_gives_the_metric_its_column_in_markdown_and_html(catalog
     assert "| Variant | Status | Median ms | Best ms | energy proxy ms |" in markdown  # placed by its order
     assert "| `torch/cpu` | ok | 1.00 | 1.00 | 4.50 |" in markdown
     html = render_html(head)
-    assert "<th>energy proxy ms</th>" in html  # the headline table reads the catalog too
-    assert "<td>4.50</td>" in html
+    assert '<th class="num">energy proxy ms</th>' in html  # the headline table reads the catalog too
+    assert '<td class="num">4.50</td>' in html
 
 
 def test_without_the_catalog_line_no_report_shows_it():

@@ -108,7 +108,7 @@ def test_the_reports_say_which_share_they_show():
     assert "| – |" in text and "| 75 / 0 / 25 |" in text  # no cost known: – by cost, its count beside it
     assert "_% of cost_: each device's share of the work" in text
     html = render_html(report)
-    assert "<th>Neural Engine % of cost</th>" in html
+    assert '<th class="num">Neural Engine % of cost</th>' in html
     assert "≈ANE 0% CPU 100%, 3 switches" in html  # the bar of the estimate: shares of the cost
     assert "ANE 75% CPU 25% of ops, 3 switches" in html  # no cost known: the bar says it shows the ops
     assert "bars: share of the cost (of ops where the label says so)" in html

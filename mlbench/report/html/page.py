@@ -135,7 +135,10 @@ def ship_section(records: Sequence[RunRecord]) -> list[str]:
                          "confidence from how often the calibration ordered published pairs of the same kinds "
                          f'alike):</p><ul class="estimated-order">{items}</ul>')
         charts.append("".join(parts))
-    return [ship_legend(), *charts] if charts else []
+    from mlbench.report.markdown.summary import ship_summary
+
+    table = ship_summary(records)[2:]  # the Markdown report's table of candidates, under this page's own heading
+    return [to_html(table), ship_legend(), *charts] if charts or table else []
 
 
 def placement_section(records: Sequence[RunRecord]) -> list[str]:

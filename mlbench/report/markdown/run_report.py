@@ -6,6 +6,7 @@ size limit) lives in `layout`."""
 from __future__ import annotations
 
 from math import isfinite
+from typing import TYPE_CHECKING
 
 from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, format_ms, source_mark, table_columns
 from mlbench.plugins.registry import devices, specs
@@ -15,6 +16,9 @@ from mlbench.report.markdown.layout import COMMENT_LIMIT, MAX_COLUMNS, Column, S
 from mlbench.report.text import md_cell, md_code, md_inline
 from mlbench.stability import LEGEND, metric_notes, suffix
 from mlbench.units import human_bytes
+
+if TYPE_CHECKING:
+    from mlbench.compare.comparison import Comparison
 
 FULL_NAME = "report.full.md"
 """Where the whole Markdown report goes when report.md had to be cut to fit a comment."""
@@ -135,6 +139,8 @@ def render_column_notes(records: list[RunRecord], extra: list[MetricInfo]) -> li
         bands = {m.band.model_dump_json(): m.band for r in records
                  if (m := r.metrics.get(column.name)) is not None and m.band is not None}
         text = column.describe
+        if any((m := r.metrics.get(column.name)) is not None and m.source == "reference" for r in records):
+            text += " (‡: in the vendor's reference runtime on this machine's CPU, not a device)"  # only where one is
         for band in bands.values():
             text += (f"; off by ×{band.median_ratio:.2f} typically, ×{band.worst_ratio:.2f} at worst "
                      f"({band.basis})")
@@ -297,12 +303,26 @@ def render_backend_sections(records: list[RunRecord], artifacts: dict[str, dict]
     return lines
 
 
-def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, full_name: str = FULL_NAME) -> str:
-    """The report; with a `limit`, cut to fit a comment of that many characters (pointing to `full_name`)."""
+def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, full_name: str = FULL_NAME,
+                    comparison: Comparison | None = None) -> str:
+    """The report; with a `limit`, cut to fit a comment of that many characters (pointing to `full_name`). Its
+    first table answers a pull request's question: what changed against the base run (`comparison`), when one
+    is given, then which variant to ship per deployment target."""
+    from mlbench.report.markdown.summary import comparison_summary, ship_summary
+    from mlbench.report.marks import sources_legend
+
     machine = report.machine
     packages = ", ".join(f"{k} {v}" for k, v in machine.get("packages", {}).items() if v)
     summary = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     latency = report.settings.get("latency", {})
+    by_model: dict[str, list[RunRecord]] = {}
+    for record in report.records:
+        by_model.setdefault(record.model, []).append(record)
+    sections = [Section(f"{md_cell(model)} ({len(records)} variants)", model_table(model, records),
+                        model_details(records, report.artifacts)) for model, records in by_model.items()]
+    first = comparison_summary(comparison, (limit or COMMENT_LIMIT) // 3) if comparison is not None else []
+    first += ship_summary(report.records)
+    shown = "\n".join([*first, *(line for s in sections for line in [*s.core, *s.extra])])
     head = [
         f"# mlbench report: {md_cell(report.pipeline.name)}",
         "",
@@ -313,22 +333,13 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
                               f"{machine.get('cpu')} ({machine.get('cpu_count')} cores), Python {machine.get('python')}; "
                               f"{packages}."),
         "",
-        f"All figures are **measured** on this machine unless marked {ESTIMATE_MARK} (**estimated** by mlbench's "
-        "rules and cost model) or `†` (**emulated**: mlbench's interpreter ran the saved program on this machine; "
-        "it checks what the program computes, not what the device's own arithmetic adds) or `‡` (**reference**: "
-        "a vendor's reference runtime ran the saved program on this machine's CPU: its numerics, never a device's "
-        "latency); "
-        "– means absent, with the reason in the JSON report. "
+        sources_legend(shown, code=True) + "; – means absent, with the reason in the JSON report. "
         f"Latency: {latency.get('warmup')} warmup calls thrown away, then at least {latency.get('repeats')} calls "
         f"and {latency.get('min_time_s')} s."
         + (f" {LEGEND}" if any(metric_notes(r.metrics) for r in report.records) else ""),
         "",
+        *first,
     ]
-    by_model: dict[str, list[RunRecord]] = {}
-    for record in report.records:
-        by_model.setdefault(record.model, []).append(record)
-    sections = [Section(f"{md_cell(model)} ({len(records)} variants)", model_table(model, records),
-                        model_details(records, report.artifacts)) for model, records in by_model.items()]
     if limit is None:
         return "\n".join([*head, *(line for s in sections for line in [*s.core, *s.extra])]).rstrip() + "\n"
     return fit_comment(head, sections, full_name, limit)

@@ -115,9 +115,9 @@ def test_chromium_draws_every_chart(tmp_path):
     html_path = tmp_path / "report.html"
     html_path.write_text(render_html(sample_report(), trends={"m/torch/cpu": points}), encoding="utf-8")
     png = tmp_path / "report.png"
-    screenshot(html_path, png, tmp_path / "profile")
+    screenshot(html_path, png, tmp_path / "profile", height=2400)
     image = image_module.open(png).convert("RGB")
-    assert image.size == (1200, 1400)
+    assert image.size == (1200, 2400)
     # Every chart left its colour on the page: latency bars (85% opaque), each device, the trend line.
     blended = "#" + "".join(f"{round(int(LATENCY_COLOR[i:i + 2], 16) * 0.85 + 255 * 0.15):02x}" for i in (1, 3, 5))
     assert _count(image, blended) > 2000

@@ -174,7 +174,7 @@ def test_the_latency_chart_draws_each_chips_estimate_hatched_with_its_band():
     assert "not timed" not in latency  # the estimates stand in; the reason is said once above the chart
     assert page.count("3 variants not timed: Core ML runs only on macOS; this machine runs Linux") == 1
     assert "failed: measure: boom" in latency  # a variant without any figure still says why
-    assert "≈ a17pro (estimated)" in page and "≈ m1 (estimated)" in page  # the legend names each chip
+    assert "≈ a17pro (estimated for that chip)" in page and "≈ m1 (estimated for that chip)" in page  # the legend names each chip
 
 
 def test_the_ship_chart_puts_latency_size_and_error_side_by_side_and_stars_the_undominated():
