@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
-from mlbench.metrics import ESTIMATE_MARK
+from collections.abc import Sequence
+
+from mlbench.metrics import ESTIMATE_MARK, source_mark
+from mlbench.records import RunRecord
 
 MEANINGS = {
     ESTIMATE_MARK: ("estimated", "by mlbench's rules and cost model"),
@@ -18,6 +21,15 @@ MEANINGS = {
 def marks_in(text: str) -> list[str]:
     """The source marks `text` holds, in the legend's order."""
     return [mark for mark in MEANINGS if mark in text]
+
+
+def marks_of(records: Sequence[RunRecord]) -> str:
+    """The source marks of every figure the records hold (metrics, verification, placement), as one string for
+    `sources_legend`."""
+    sources = {m.source for r in records for m in r.metrics.values() if m.value is not None}
+    sources |= {r.verify.source for r in records if r.verify is not None}
+    sources |= {r.placement.source for r in records if r.placement is not None}
+    return "".join(source_mark(s) for s in sources if s)
 
 
 def sources_legend(text: str, *, code: bool) -> str:

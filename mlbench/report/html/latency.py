@@ -137,7 +137,7 @@ def latency_chart(records: Sequence[RunRecord], label: Callable[[RunRecord], str
         parts.append(f'<line x1="{x(tick):.1f}" y1="{TOP - 6}" x2="{x(tick):.1f}" y2="{height - 10}" stroke="#eee"/>')
         parts.append(f'<text x="{x(tick):.1f}" y="{TOP - 10}" text-anchor="middle" class="muted tick">{text}</text>')
     if log:  # said once, beside the axis, not glued to a tick label
-        parts.append(f'<text x="{label_w + PLOT_W + 8}" y="{TOP - 10}" class="muted">log scale</text>')
+        parts.append(f'<text x="{label_w + PLOT_W + 36}" y="{TOP - 10}" class="muted axis-note">log scale</text>')
     y = TOP
     for (record, bars), row_h in zip(rows, heights):
         parts.append(f'<text class="label" x="{label_w - 8}" y="{y + row_h / 2 + 4:.1f}" text-anchor="end">'
@@ -224,8 +224,10 @@ def latency_legend(records: Sequence[RunRecord] = (), machine: str = "") -> str:
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="2" x2="1" y2="10"/><line x1="17" y1="2" '
             'x2="17" y2="10"/></g></svg>estimate band: ×worst either way, ticks at ×typical</span>' if chips else "")
     here = f"measured median on this machine ({escape(machine)})" if machine else "measured median on this machine"
+    estimated = any((m := r.metrics.get("latency.median")) is not None and m.source == "estimated" for r in records)
     return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}{here}</span>'
-            f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>{chips}'
+            + (f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>' if estimated or not records else "")
+            + f'{chips}'
             '<span><svg class="swatch" width="18" height="12"><g stroke="#212121" stroke-width="1.5">'
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="1" x2="1" y2="11"/><line x1="17" y1="1" x2="17" '
             f'y2="11"/></g></svg>best to p90</span>{band}</p>')

@@ -129,27 +129,33 @@ def memory_chart(records: Sequence[RunRecord], title: str = "", number_from: int
         f"latency: {ESTIMATE_MARK} estimate on {lat_name.rsplit('.', 1)[-1]}"
     parts.append(f'<text class="muted" x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 4}" text-anchor="middle">'
                  f"{escape(axis)}</text>")
-    coords, texts, tips = [], [], []
-    for record, mem, lat in drawn:
-        x = LEFT + plot_w * (lat.value or 0.0) / x_max
+    spots: dict[tuple[float, float], list[tuple[RunRecord, Metric, Metric]]] = {}
+    for record, mem, lat in drawn:  # variants with the same two figures (e.g. compute units an estimate cannot tell
+        x = LEFT + plot_w * (lat.value or 0.0) / x_max  # apart) are one point, not a pile of labels
         y = TOP + plot_h * (1 - (mem.value or 0.0) / y_max)
+        spots.setdefault((round(x, 1), round(y, 1)), []).append((record, mem, lat))
+    coords, texts, tips = [], [], []
+    for (x, y), same in spots.items():
+        record, mem, lat = same[0]
         estimated = "estimated" in (mem.source, lat.source)
-        tip = (f"{record.variant_id}: {source_mark(mem.source)}{format_value(mem.value, 'bytes')} "
-               f"({_memory_name(mem, record)}), {source_mark(lat.source)}{format_ms(lat.value)} ms ({lat_name})")
+        figures = (f"{source_mark(mem.source)}{format_value(mem.value, 'bytes')}, "
+                   f"{source_mark(lat.source)}{format_ms(lat.value)} ms")
+        names = ", ".join(r.variant_id for r, _, _ in same)
+        tip = f"{names}: {figures} ({_memory_name(mem, record)}, {lat_name})"
         parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{POINT_R}" fill="{"white" if estimated else MEMORY_COLOR}" '
                      f'stroke="{MEMORY_COLOR}" stroke-width="2"><title>{escape(tip)}</title></circle>')
         coords.append((x, y))
-        texts.append(("≈ " if estimated else "") + _label(record))
-        tips.append(tip)
-    placed, folded = place_labels([(x, y, t) for (x, y), t in zip(coords, texts)], number_from)
-    for spot, tip in zip(placed, tips):
+        texts.append(("≈ " if estimated else "") + _label(record) + (f" +{len(same) - 1}" if len(same) > 1 else ""))
+        tips.append((tip, ", ".join(_label(r) for r, _, _ in same) + f": {figures}"))
+    bounds = Box(LEFT + 2, 0, WIDTH, TOP + plot_h - 1)  # never over the axes or their tick labels
+    placed, folded = place_labels([(x, y, t) for (x, y), t in zip(coords, texts)], number_from, bounds)
+    for spot, (tip, _) in zip(placed, tips):
         if spot is not None:
             parts.append(f'<text class="label point-label" x="{spot.x:.1f}" y="{spot.y:.1f}" '
                          f'text-anchor="{spot.anchor}">{escape(spot.text)}<title>{escape(tip)}</title></text>')
     parts.append("</svg>")
     if folded:
-        items = "".join(f"<li value=\"{number_from + k}\">{escape(texts[i])}: {escape(tips[i].split(': ', 1)[1])}</li>"
-                        for k, i in enumerate(folded))
+        items = "".join(f'<li value="{number_from + k}">{escape(tips[i][1])}</li>' for k, i in enumerate(folded))
         parts.append(f'<ol class="point-legend">{items}</ol>')
     missing = [r for r, m, t in points if m is None or t is None or t.value is None]
     if missing:

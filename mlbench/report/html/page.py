@@ -35,6 +35,7 @@ from mlbench.report.html.memory import memory_section
 from mlbench.report.html.ship import ship_chart, ship_legend
 from mlbench.report.html.trend import trend_chart
 from mlbench.report.markdown.run_report import model_details, model_table, variant_label
+from mlbench.report.marks import marks_of, sources_legend
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
 
 STYLE = """
@@ -49,7 +50,8 @@ svg .label { font-family: ui-monospace, Menlo, Consolas, monospace; }
 svg .muted { fill: #757575; }
 table { border-collapse: collapse; margin-top: 8px; } th, td { padding: 3px 10px; border-bottom: 1px solid #eee;
        text-align: right; } th:first-child, td:first-child { text-align: left; font-family: ui-monospace, Menlo, monospace; }
-table th.text, table td.text { text-align: left; }
+table th.text, table td.text { text-align: left; } table.headline td.num { white-space: nowrap; }
+table.headline td.text:last-child { min-width: 240px; }
 .failed { color: #c62828; font-weight: 600; } .skipped { color: #757575; }
 .trends { display: flex; flex-wrap: wrap; gap: 12px; }
 svg .value { font-size: 11px; } svg .head { font-weight: 600; } svg .star { font-size: 15px; fill: #f9a825; }
@@ -174,11 +176,9 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     body = [hatch_defs(), f"<h1>{escape(title)}</h1>",
             f'<p class="meta">run <code>{escape(report.run_id)}</code> · {escape(report.created)} · '
             f"{escape(machine_text)} · {escape(summary)}</p>",
-            f'<p class="meta">Figures are measured unless marked <b>{ESTIMATE_MARK}</b> (estimated, drawn hatched) or '
-            "<b>†</b> (emulated: mlbench's interpreter ran the saved program; it checks what the program computes, "
-            "not what the device's arithmetic adds) or <b>‡</b> (reference: a vendor's reference runtime ran the saved "
-            "program on this machine's CPU: its numerics, never a device's latency); a figure that could not be had is shown with its reason, never "
-            "as zero.</p>",
+            f'<p class="meta">{escape(sources_legend(marks_of(report.records), code=False))}'
+            + ("; estimated ones are drawn hatched" if ESTIMATE_MARK in marks_of(report.records) else "")
+            + "; a figure that could not be had is shown with its reason, never as zero.</p>",
             f'<p class="meta">{escape(packages)}' + (f". Latency: {latency.get('warmup')} warmup calls thrown away, "
                                                     f"then at least {latency.get('repeats')} calls and "
                                                     f"{latency.get('min_time_s')} s." if latency else "") + "</p>"]
@@ -186,7 +186,8 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')
 
     body.append("<h2>Latency per model</h2>")
-    body += latency_section(report.records, machine_text)
+    here = f"{machine.get('cpu')}, {machine.get('cpu_count')} cores" if machine.get("cpu") else ""
+    body += latency_section(report.records, here)
     from mlbench.report.html.generation import generation_html  # a generative model's charts (none otherwise)
 
     body += generation_html(report.records)
