@@ -53,7 +53,9 @@ def _is_reference(text: str) -> bool:
     return text in REFERENCES or re.fullmatch(r"[0-9a-f]{4,64}", text) is not None
 
 
-class _Operand:
+class Operand:
+    """A BASE or HEAD operand: a report file or folder, else a history reference."""
+
     def __init__(self, text: str) -> None:
         self.text = text
         path = Path(text)
@@ -108,7 +110,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UserError(f"--alpha: {args.alpha:g} is not between 0 and 1")
 
     db = db_path(args, pipeline)
-    base, head = _Operand(args.base), _Operand(args.head)
+    base, head = Operand(args.base), Operand(args.head)
     base.load_file()
     head.load_file()
     name = pipeline.config.name if pipeline is not None else None

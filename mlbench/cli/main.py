@@ -71,13 +71,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     jobs = args.jobs if args.jobs is not None else default_jobs()
     if jobs < 1:
         raise UserError(f"--jobs must be at least 1, got {jobs}")
+    against = _base_report(args.against, pipeline) if args.against else None  # a bad BASE stops before the run
     progress = for_terminal(quiet=args.quiet, verbose=args.verbose)
     from mlbench.run.signals import Stopped, stopping_on_sigterm
 
     try:
         with stopping_on_sigterm():  # `timeout`, a CI cancel, `docker stop`: the path Ctrl-C takes
             report = run(pipeline, progress, jobs=jobs, executor=address, resume=args.resume,
-                         retry_crashed=args.retry_crashed)
+                         retry_crashed=args.retry_crashed, against=against)
     except KeyboardInterrupt as exc:
         stopped = exc if isinstance(exc, Stopped) else Stopped()
         what = "interrupted" if stopped.exit_code == 130 else f"stopped by {exc}"
@@ -89,6 +90,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
     _err(f"{counts}; reports in {pipeline.report_dir}")
     return 1 if report.summary.get("failed") else 0
+
+
+def _base_report(text: str, pipeline):
+    """`--against`'s run: a report file or folder, else a history reference resolved in the pipeline's history
+    (before this run is added to it, so `last` is the run before this one)."""
+    from mlbench.cli.compare import Operand
+
+    base = Operand(text)
+    base.load_file()
+    if base.report is not None:
+        return base.report
+    return base.load_reference(pipeline.history_path, pipeline.config.name, ())
 
 
 def cmd_schema(args: argparse.Namespace) -> int:
@@ -285,6 +298,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reuse the last run's records whose variants and inputs are unchanged; run the rest")
     p.add_argument("--retry-crashed", action="store_true",
                    help="with --resume: measure again a variant the run died on twice (else it is failed)")
+    p.add_argument("--against", metavar="BASE",
+                   help="a base run to compare with: a report.json (or its folder) or a history reference (last, "
+                   "last-on-this-machine, a run id); report.md then opens with what changed (the pipeline's "
+                   "report.gate rules, else compare's defaults)")
     p.set_defaults(func=cmd_run)
 
     from mlbench.plugins.spec import load_attr

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from mlbench.compare.comparison import Comparison
     from mlbench.config.pipeline_file import Pipeline
     from mlbench.records import RunReport
 
@@ -33,11 +34,14 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
+def write_reports(report: RunReport, pipeline: Pipeline, against: RunReport | None = None) -> dict[str, Path]:
     """Write every format the pipeline asks for; returns format → path. A record that breaks the report
-    schema is written as failed, with the schema error as its reason; every other record is written."""
+    schema is written as failed, with the schema error as its reason; every other record is written.
+    `against`: a base run; report.md and report.html open with what changed against it (the pipeline's gate
+    rules, else compare's defaults)."""
     from mlbench.report.fit import fit_report
     from mlbench.report.json_report import ReportSchemaError, render_json
+    from mlbench.report.markdown.layout import COMMENT_LIMIT
     from mlbench.report.markdown.run_report import render_markdown
 
     try:
@@ -47,12 +51,17 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         report = fit_report(report)
         json_text = render_json(report)
 
+    comparison = _comparison(against, report, pipeline) if against is not None else None
+
+    def markdown(report: RunReport, limit: int | None = COMMENT_LIMIT) -> str:
+        return render_markdown(report, limit=limit, comparison=comparison)
+
     def html(report: RunReport) -> str:
         from mlbench.report.html.page import render_html
 
         trends = _trends(report, pipeline)
         try:
-            return render_html(report, trends=trends)
+            return render_html(report, trends=trends, comparison=comparison)
         except Exception as exc:  # whatever the history holds, the report is drawn from this run
             if not trends:
                 raise
@@ -60,14 +69,14 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
 
             logging.getLogger("mlbench.report").warning("no trends in the HTML report: the history's figures do "
                                                         "not draw (%s)", type(exc).__name__)
-            return render_html(report, trends={})
+            return render_html(report, trends={}, comparison=comparison)
 
-    renderers = {"json": (lambda _report: json_text, "report.json"), "markdown": (render_markdown, "report.md"),
+    renderers = {"json": (lambda _report: json_text, "report.json"), "markdown": (markdown, "report.md"),
                  "html": (html, "report.html")}
     # every format is rendered before the first is written: the files change together, in a moment, never
     # report.json new while report.html, still rendering, is the previous run's
     texts = {fmt: renderers[fmt][0](report) for fmt in pipeline.config.report.formats}
-    whole = render_markdown(report, limit=None) if "markdown" in texts else None
+    whole = markdown(report, limit=None) if "markdown" in texts else None
     written: dict[str, Path] = {}
     for fmt, text in texts.items():
         path = pipeline.report_dir / renderers[fmt][1]
@@ -83,6 +92,15 @@ def write_reports(report: RunReport, pipeline: Pipeline) -> dict[str, Path]:
         else:
             full.unlink(missing_ok=True)  # a stale one from an earlier, bigger run would mislead
     return written
+
+
+def _comparison(base: RunReport, head: RunReport, pipeline: Pipeline) -> Comparison:
+    """This run against `base`, judged by the pipeline's gate rules (else compare's defaults)."""
+    from mlbench.compare.comparison import compare
+    from mlbench.compare.rules import default_rules, parse_rules
+
+    rules = parse_rules(list(pipeline.config.report.gate) or default_rules())
+    return compare(base, head, rules, base_label=f"run {base.run_id}", head_label="this run")
 
 
 def _trends(report: RunReport, pipeline: Pipeline, runs: int = 30) -> dict:

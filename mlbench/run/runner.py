@@ -259,13 +259,14 @@ class Runner:
 
 
 def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, executor: str | None = None,
-        resume: bool = False, retry_crashed: bool = False) -> RunReport:
+        resume: bool = False, retry_crashed: bool = False, against: RunReport | None = None) -> RunReport:
     """Run a pipeline and write its reports; the Python API behind `mlbench run`.
 
     jobs: export processes at once (1: each artifact is exported by the child that measures it).
     executor: a Dask scheduler address (`tcp://host:8786`) overriding the pipeline's `executor:`.
     resume: reuse the journal's records whose variants and inputs are unchanged and run the rest.
     retry_crashed: with resume, measure again a variant the run died on twice.
+    against: a base run; the reports open with what changed against it.
     Raises RunUnfinished (exit code 3) after writing the partial report when the run cannot finish, and
     NothingCanRun (exit code 2, before anything is written) when no variant has the packages it needs.
     """
@@ -296,7 +297,7 @@ def run(pipeline: Pipeline, progress: Progress | None = None, *, jobs: int = 1, 
                                 "there)") from exc
         try:
             with signals_deferred():  # a Ctrl-C now waits for the reports: never one format new, another old
-                write_reports(report, pipeline)
+                write_reports(report, pipeline, against=against)
         except OSError as exc:
             raise RunUnfinished(f"the reports could not be written: {failure_line(exc)}; every record is in the "
                                 f"journal in {pipeline.report_dir} (`--resume` writes the reports from it)") from None

@@ -176,6 +176,8 @@ def placement_chart(records: Sequence[RunRecord], label=lambda r: r.variant_id, 
     keys = "".join(f'<span>{swatch(d.color)}{d.label}</span>' for d in known)
     keys += f'<span>{swatch(UNKNOWN_COLOR)}unknown</span>'
     hatched = swatch(f"url(#{hatch_id(next(iter(known)).name)})")
-    keys += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
+    shown = [value_of(r, f"{_share_prefix(r)}{d.name}") for r in rows for d in known]
+    if any(f is not None and f.source == "estimated" for f in shown):  # explained only where a bar is hatched
+        keys += f'<span>{hatched}hatched: estimated ({ESTIMATE_MARK})</span>'
     keys += "<span>bars: share of the cost (of ops where the label says so)</span>"
     return (f'<p class="legend">{keys}</p>' if legend else "") + "".join(parts)

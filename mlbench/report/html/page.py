@@ -11,6 +11,7 @@ Each section is one `*_section` function called from `render_html`: add a chart 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from mlbench.metrics import ESTIMATE_MARK
 from mlbench.plugins.registry import devices
@@ -37,6 +38,9 @@ from mlbench.report.html.trend import trend_chart
 from mlbench.report.markdown.run_report import model_details, model_table, variant_label
 from mlbench.report.marks import marks_of, sources_legend
 from mlbench.report.text import html_text as escape  # controls shown as escapes, never raw
+
+if TYPE_CHECKING:
+    from mlbench.compare.comparison import Comparison
 
 STYLE = """
 body { font: 14px/1.45 -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; color: #212121;
@@ -140,7 +144,7 @@ def ship_section(records: Sequence[RunRecord]) -> list[str]:
     from mlbench.report.markdown.summary import ship_summary
 
     table = ship_summary(records)[2:]  # the Markdown report's table of candidates, under this page's own heading
-    return [to_html(table), ship_legend(), *charts] if charts or table else []
+    return [to_html(table), ship_legend(records), *charts] if charts or table else []
 
 
 def placement_section(records: Sequence[RunRecord]) -> list[str]:
@@ -160,7 +164,8 @@ def figures_section(report: RunReport) -> list[str]:
             for model, rows in by_model(report.records).items()]
 
 
-def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | None = None) -> str:
+def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | None = None,
+                comparison: Comparison | None = None) -> str:
     """The whole report as one HTML document. `trends`: per variant, earlier runs' latency medians
     (oldest first); this run's own figure is added at the end when it is not there yet."""
     from types import SimpleNamespace
@@ -185,6 +190,10 @@ def render_html(report: RunReport, trends: Mapping[str, Sequence[TrendPoint]] | 
     if report.finished is None:
         body.append('<p class="failed">partial: the run was interrupted; only finished variants are here.</p>')
 
+    if comparison is not None:  # what a pull request asks first, as report.md opens with it
+        from mlbench.report.markdown.summary import comparison_summary
+
+        body.append(to_html(comparison_summary(comparison, budget=10**9)))
     body.append("<h2>Latency per model</h2>")
     here = f"{machine.get('cpu')}, {machine.get('cpu_count')} cores" if machine.get("cpu") else ""
     body += latency_section(report.records, here)

@@ -116,9 +116,17 @@ def _error(row: Row, x0: int, ex, y: float, mid: float) -> list[str]:
     return [*parts, _value_text(x0, mid, text)]
 
 
-def ship_legend() -> str:
+def ship_legend(records: Sequence[RunRecord] = ()) -> str:
+    """What the ship charts show; each mark (`≈`, `✗`, `†`, `‡`) explained only where a chart shows one."""
+    verified = [r.verify for r in records if r.status == "ok" and r.verify is not None]
+    marks = ["<b>✗</b>: over it" if any(not v.passed for v in verified) else "",
+             "<b>†</b> emulated" if any(v.source == "emulated" for v in verified) else "",
+             "<b>‡</b> reference" if any(v.source == "reference" for v in verified) else ""]
+    said = "; ".join(m for m in marks if m)
+    estimated = any(m.source == "estimated" for r in records for n, m in r.metrics.items() if n.startswith("latency."))
     return ('<p class="meta">One chart per deployment target (where the variants run), fastest first. <b>★</b>: no '
             "other variant for the same target is at least as fast, as small and as close to the reference, and "
-            "better in one: the candidates to ship (a star is never given across targets). Latency bars share one figure (named "
-            f"above them; hatched and <b>{ESTIMATE_MARK}</b> when estimated); max_rel is a dot on a log scale, the "
-            f'red tick is its precision\'s tolerance (<b>✗</b>: over it; <b>†</b> emulated, <b>‡</b> reference).</p>')
+            "better in one: the candidates to ship (a star is never given across targets). Latency bars share one "
+            "figure (named above them" + (f"; hatched and <b>{ESTIMATE_MARK}</b> when estimated" if estimated else "")
+            + "); max_rel is a dot on a log scale, the red tick is its precision's tolerance"
+            + (f" ({said})" if said else "") + ".</p>")

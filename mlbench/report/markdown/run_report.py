@@ -320,7 +320,7 @@ def render_markdown(report: RunReport, *, limit: int | None = COMMENT_LIMIT, ful
         by_model.setdefault(record.model, []).append(record)
     sections = [Section(f"{md_cell(model)} ({len(records)} variants)", model_table(model, records),
                         model_details(records, report.artifacts)) for model, records in by_model.items()]
-    first = comparison_summary(comparison, (limit or COMMENT_LIMIT) // 3) if comparison is not None else []
+    first = comparison_summary(comparison, limit // 3 if limit else 10**9) if comparison is not None else []
     first += ship_summary(report.records)
     shown = "\n".join([*first, *(line for s in sections for line in [*s.core, *s.extra])])
     head = [

@@ -26,7 +26,7 @@ def test_each_variant_is_a_point_at_its_latency_and_memory_estimates_hollow():
     svg = memory_chart(server)
     circles = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5" fill="([^"]+)"', svg)
     assert len(circles) == 1 and circles[0][2] == MEMORY_COLOR  # the variant without a latency is listed, not drawn
-    assert "<title>m/torch/cpu: 40.0 MB (memory.peak), 8.00 ms (latency.median)</title>" in svg
+    assert "<title>m/torch/cpu: 40.0 MB, 8.00 ms (memory.peak, latency.median)</title>" in svg
     assert "Not drawn (no memory or no latency figure): <code>m/onnxruntime/cpu</code>" in svg
     fast = rec("m/coreml/cpu_only", memory__estimated=Metric.estimated(30 * MB, "bytes"),
                latency__estimated__a17pro=Metric.estimated(6.0, "ms"))
@@ -34,7 +34,7 @@ def test_each_variant_is_a_point_at_its_latency_and_memory_estimates_hollow():
     (x1, y1, fill1), (x2, y2, fill2) = re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5" fill="([^"]+)"', apple)
     assert fill1 == fill2 == "white"  # estimated: hollow
     assert float(x1) < float(x2) and float(y1) > float(y2)  # faster (left) and smaller (lower on screen: larger y)
-    assert "<title>m/coreml/all: ≈10.0 MB (memory.estimated), ≈2.00 ms (latency.estimated.a17pro)</title>" in apple
+    assert "<title>m/coreml/all: ≈10.0 MB, ≈2.00 ms (memory.estimated, latency.estimated.a17pro)</title>" in apple
     assert ">≈ coreml/all<title>" in apple and "latency: ≈ estimate on a17pro" in apple
 
 
@@ -48,8 +48,8 @@ def test_a_chip_s_estimates_and_this_machine_s_measurements_never_share_an_axis(
 
 
 def test_labels_that_would_overlap_are_folded_into_numbers_and_a_list():
-    crowd = [rec(f"m/coreml/v{i}", memory__estimated=Metric.estimated((10 + 0.01 * i) * MB, "bytes"),
-                 latency__estimated__a17pro=Metric.estimated(2.0 + 0.001 * i, "ms")) for i in range(6)]
+    crowd = [rec(f"m/coreml/v{i}", memory__estimated=Metric.estimated((10 + 0.3 * i) * MB, "bytes"),
+                 latency__estimated__a17pro=Metric.estimated(2.0 + 0.02 * i, "ms")) for i in range(6)]
     svg = memory_chart(crowd)
     labels = re.findall(r'<text class="label point-label" x="([\d.]+)" y="([\d.]+)" text-anchor="(\w+)">([^<]+)<', svg)
     boxes = []
@@ -63,8 +63,8 @@ def test_labels_that_would_overlap_are_folded_into_numbers_and_a_list():
     listed = re.findall(r'<li value="(\d+)">([^:]+):', svg)
     assert listed and [int(n) for n, _ in listed] == list(range(1, len(listed) + 1))
     shown = [html_module.unescape(t) for *_, t in labels]
-    named = [t for t in shown if not t.isdigit()] + [html_module.unescape(name) for _, name in listed]
-    assert sorted(named) == sorted(f"≈ coreml/v{i}" for i in range(6))  # each said once: on the chart or listed
+    named = [t.removeprefix("≈ ") for t in shown if not t.isdigit()] + [html_module.unescape(n) for _, n in listed]
+    assert sorted(named) == sorted(f"coreml/v{i}" for i in range(6))  # each said once: on the chart or listed
     assert all(number in shown for number, _ in listed)  # each folded label's number beside its point
     assert len(re.findall(r"<circle ", svg)) == 6
 
@@ -86,3 +86,11 @@ def test_the_markdown_table_has_a_memory_column_in_bytes_where_records_carry_it(
     assert "| 40.0 MB |" in text.replace("| `torch/cpu` |", "")
     assert "≈10.0 MB" in text
     assert "_peak memory_: resident memory at the predictions' peak, above the level before loading" in text
+
+
+def test_variants_with_the_same_figures_are_one_point():
+    twins = [rec(f"m/coreml/{units}", memory__estimated=Metric.estimated(10 * MB, "bytes"),
+                 latency__estimated__a17pro=Metric.estimated(2.0, "ms")) for units in ("cpu_and_ne", "all")]
+    svg = memory_chart(twins)
+    assert len(re.findall(r"<circle ", svg)) == 1
+    assert ">≈ coreml/cpu_and_ne +1<title>m/coreml/cpu_and_ne, m/coreml/all: ≈10.0 MB, ≈2.00 ms" in svg
