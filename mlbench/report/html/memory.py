@@ -27,7 +27,7 @@ from mlbench.report.lead import lead_memory
 from mlbench.report.text import html_text as escape
 
 MEMORY_COLOR = "#2e7d32"
-WIDTH, HEIGHT, LEFT, BOTTOM, TOP, RIGHT = 620, 260, 70, 34, 14, 200
+WIDTH, HEIGHT, LEFT, BOTTOM, TOP, RIGHT = 620, 266, 70, 40, 14, 200
 CHAR_W, TEXT_H, POINT_R = 7.3, 14, 5
 """12 px monospace: at most 7.3 px a character (as `charts.label_width` counts), a line 14 px high."""
 
@@ -121,7 +121,7 @@ def memory_chart(records: Sequence[RunRecord], title: str = "", number_from: int
     for q, x_text, y_text in zip(quarters, linear_time_labels([x_max * q for q in quarters]),
                                  byte_labels([y_max * q for q in quarters]), strict=True):
         x, y = LEFT + plot_w * q, TOP + plot_h * (1 - q)
-        parts.append(f'<text class="muted tick x" x="{x:.1f}" y="{TOP + plot_h + 14}" text-anchor="middle">'
+        parts.append(f'<text class="muted tick x" x="{x:.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">'
                      f"{escape(x_text)}</text>")
         parts.append(f'<text class="muted tick y" x="{LEFT - 6}" y="{y + 4:.1f}" text-anchor="end">'
                      f"{escape(y_text)}</text>")
