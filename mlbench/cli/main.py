@@ -98,10 +98,13 @@ def _base_report(text: str, pipeline):
     from mlbench.cli.compare import Operand
 
     base = Operand(text)
-    base.load_file()
-    if base.report is not None:
-        return base.report
-    return base.load_reference(pipeline.history_path, pipeline.config.name, ())
+    try:
+        base.load_file()
+        if base.report is not None:
+            return base.report
+        return base.load_reference(pipeline.history_path, pipeline.config.name, ())
+    except UserError as exc:  # the option named, as every other option's error is
+        raise UserError(f"--against: {exc}") from None
 
 
 def cmd_schema(args: argparse.Namespace) -> int:

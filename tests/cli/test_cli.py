@@ -6,6 +6,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from mlbench.cli.main import main
 from tests.conftest import ROOT
 
@@ -64,3 +66,25 @@ def test_every_shipped_pipeline_validates():
     pipelines = sorted((ROOT / "pipelines").glob("*.yaml"))
     assert pipelines
     assert main(["validate", "-q", *map(str, pipelines)]) == 0
+
+
+def test_run_against_a_missing_base_stops_before_running_in_one_line(write_pipeline, tiny_pipeline_text, tmp_path,
+                                                                     capsys):
+    path = write_pipeline(tiny_pipeline_text)
+    assert main(["run", str(path), "--against", str(tmp_path / "nope.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines() == [f"--against: {tmp_path / 'nope.json'}: no such report file, and not a history "
+                                        "reference (last, last-on-this-machine or a run id)"]
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_run_against_a_base_report_opens_report_md_with_what_changed(write_pipeline, tiny_pipeline_text, tmp_path):
+    path = write_pipeline(tiny_pipeline_text + "history: {enabled: false}\n")
+    assert main(["run", "-q", str(path)]) == 0
+    (tmp_path / "out").rename(tmp_path / "base")
+    assert main(["run", "-q", str(path), "--against", str(tmp_path / "base")]) in (0, 1)
+    text = (tmp_path / "out" / "report.md").read_text()
+    assert text.index("## What changed against the base run") < text.index("## Which variant to ship")
+    assert "tiny_cnn/torch/cpu/float32" in text[:text.index("## Which variant to ship")]

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 MAX_COLUMNS = 8
+FOLDED_COLUMNS = 8
+"""Columns of a folded table besides its key: a fold wider than that is split into tables of at most 9 columns."""
 COMMENT_LIMIT = 65_536
 """GitHub's limit on the body of an issue or pull-request comment, in characters."""
 EMPTY = ("", "–")
@@ -89,8 +91,10 @@ def render_table(columns: list[Column], max_columns: int = MAX_COLUMNS) -> list[
     lines = [*plan.above, *table(plan.main), ""]
     if plan.folded:
         names = ", ".join(c.header for c in plan.folded)
-        lines += [f"<details><summary>More columns: {names}</summary>", "", *table([plan.main[0], *plan.folded]),
-                  "", "</details>", ""]
+        lines += [f"<details><summary>More columns: {names}</summary>", ""]
+        for start in range(0, len(plan.folded), FOLDED_COLUMNS):  # a wider fold is squeezed as the main table was
+            lines += [*table([plan.main[0], *plan.folded[start:start + FOLDED_COLUMNS]]), ""]
+        lines += ["</details>", ""]
     return lines
 
 

@@ -20,3 +20,30 @@ def test_every_unmeasured_core_ml_row_shows_its_first_chip_estimate_marked():
     cells = [c.strip() for c in row.split("|")]
     assert cells[3] == "≈2.00" and cells[4] == "≈10.0 MB"
     assert "| `torch/cpu` | ok | 8.00 | 40.0 MB |" in text  # measured leads, unmarked
+
+
+def test_with_a_base_run_the_first_table_is_what_changed():
+    from mlbench.compare.comparison import compare
+
+    base = run_of([rec("m/torch/cpu", [8.0] * 9), rec("m/onnxruntime/cpu", [4.0] * 9)], "base01")
+    head = run_of([rec("m/torch/cpu", [8.0] * 9), rec("m/onnxruntime/cpu", [6.0] * 9)], "head01")
+    text = render_markdown(head, comparison=compare(base, head))
+    changed, ship = text.index("## What changed against the base run"), text.index("## Which variant to ship")
+    assert changed < ship < text.index("### m")
+    first_table = next(line for line in text[changed:].splitlines() if line.startswith("| "))
+    assert first_table == "| variant | rule | change | noise test |"  # the regression, before anything else
+    assert "**Regression**: `m/onnxruntime/cpu`" in text[changed:ship]
+    assert "## mlbench compare" not in text  # the comparison's own title gives way to the report's
+
+
+def test_a_long_comparison_is_cut_to_keep_the_comment_within_its_limit():
+    from mlbench.compare.comparison import compare
+    from mlbench.report.markdown.layout import COMMENT_LIMIT
+
+    base = run_of([rec(f"m{i}/torch/cpu", [8.0] * 9) for i in range(900)], "base01")
+    head = run_of([rec(f"m{i}/torch/cpu", [9.5] * 9) for i in range(900)], "head01")
+    text = render_markdown(head, comparison=compare(base, head))
+    assert len(text) <= COMMENT_LIMIT
+    changed = text[text.index("## What changed"):text.index("## Which variant to ship")]
+    assert len(changed) <= COMMENT_LIMIT // 3 + 400 and "more lines of the comparison are in the full report" in changed
+    assert changed.count("<details>") == changed.count("</details>")  # a cut never leaves a fold open
