@@ -181,13 +181,16 @@ def _metric_keep(column: MetricInfo, extra_index: int) -> float:
 
 def model_columns(records: list[RunRecord]) -> list[Column]:
     """Every column of a model's table, in display order; `priority` says which stay out of the fold."""
-    from mlbench.report.lead import chips_of
+    from mlbench.report.lead import ESTIMATED_LATENCY, chips_of
 
     baseline = baseline_for(records)
     metric_columns = table_columns([name for r in records for name in r.metrics], "markdown")
     cells: dict[str, list[str]] = {}
     chip = next(iter(chips_of(records)), None)
     led: set[str] = set()  # the columns where some row leads with an estimate
+    beside = chip is not None and any(  # a row measured here that also has the chip's estimate (Core ML on a Mac)
+        (m := r.metrics.get("latency.median")) is not None and m.value is not None and m.source == "measured"
+        and (e := r.metrics.get(ESTIMATED_LATENCY + chip)) is not None and e.value is not None for r in records)
 
     def add(name: str, value: str) -> None:
         cells.setdefault(name, []).append(value)
@@ -229,6 +232,8 @@ def model_columns(records: list[RunRecord]) -> list[Column]:
         place = column.column
         assert place is not None  # table_columns gives only metrics with a column
         keep = _metric_keep(column, extras.index(column) if column in extras else 0)
+        if chip is not None and column.name == ESTIMATED_LATENCY + chip:  # the lead chip's estimate: beside a
+            keep = 2.5 if beside else 9.5  # measured median (a Mac), else folded (the median column shows it)
         title = place.title or column.label
         if column.name in led:  # which figure an unmeasured row shows, in the header
             title += f" (else {ESTIMATE_MARK}{chip})" if column.name == "latency.median" else f" (else {ESTIMATE_MARK}estimated)"

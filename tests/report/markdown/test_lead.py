@@ -47,3 +47,24 @@ def test_a_long_comparison_is_cut_to_keep_the_comment_within_its_limit():
     changed = text[text.index("## What changed"):text.index("## Which variant to ship")]
     assert len(changed) <= COMMENT_LIMIT // 3 + 400 and "more lines of the comparison are in the full report" in changed
     assert changed.count("<details>") == changed.count("</details>")  # a cut never leaves a fold open
+
+
+def test_on_a_mac_the_measured_median_leads_and_the_estimate_stays_beside_it():
+    est = lambda v: Metric.estimated(v, "ms")  # noqa: E731
+    mac = [rec("m/torch/cpu", [8.0] * 5),
+           rec("m/coreml/all", [1.0] * 5, latency__estimated__a17pro=est(0.8), latency__estimated__m1=est(1.1))]
+    text = render_markdown(run_of(mac, "mac001"))
+    header = next(line for line in text.splitlines() if line.startswith("| Variant"))
+    assert "Median ms |" in header and "(else" not in header  # every row measured: nothing stands in
+    assert "≈ms a17pro" in header
+    from mlbench.report.markdown.run_report import model_columns
+
+    keep = {c.header: c.priority for c in model_columns(mac)}
+    assert keep["≈ms a17pro"] < keep["vs eager"] < keep["≈ms m1"]  # the first chip's estimate stays beside it
+    row = next(line for line in text.splitlines() if line.startswith("| `coreml/all`"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[3] == "1.00" and cells[header.split("|").index(" ≈ms a17pro ")] == "≈0.800"
+    linux = [rec("m/coreml/all", latency__estimated__a17pro=est(0.8))]
+    header = next(line for line in render_markdown(run_of(linux, "lin001")).splitlines() if line.startswith("| Variant"))
+    assert "(else ≈a17pro)" in header
+    assert {c.header: c.priority for c in model_columns(linux)}["≈ms a17pro"] > 9  # the median column shows it
