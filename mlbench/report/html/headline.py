@@ -50,16 +50,16 @@ def headline_columns(records: Sequence[RunRecord]) -> list[HtmlColumn]:
                HtmlColumn("status", [f'<span class="{r.status}">{escape(r.status)}</span>' for r in records], text=True)]
     for m in metric_columns:
         if m.name == "latency.median":
-            cells = [_banded(r, chip) for r in records]
-            led = any(lead_latency(r, chip) is not None and lead_latency(r, chip) is not r.metrics.get(m.name)
-                      for r in records)
+            leads = [lead_latency(r, chip) for r in records]
+            led = any(lead is not None and lead is not r.metrics.get(m.name) for r, lead in zip(records, leads))
             columns.append(HtmlColumn(m.label + (f" (else {ESTIMATE_MARK}{chip})" if led else ""),
-                                      [escape(c) for c in cells]))
-            beside = [r for r in records if (median := r.metrics.get(m.name)) is not None and median.value is not None
-                      and value_of(r, ESTIMATED_LATENCY + f"{chip}") is not None]
-            if chip is not None and beside:  # measured here and estimated too: the estimate stays beside it
-                columns.append(HtmlColumn(f"{ESTIMATE_MARK}ms {chip}", [escape(fmt_metric(
-                    r.metrics.get(ESTIMATED_LATENCY + chip))) for r in records]))
+                                      [escape(_banded(r, chip)) for r in records]))
+            estimate = ESTIMATED_LATENCY + (chip or "")
+            beside = any(lead is not None and lead.source == "measured" and value_of(r, estimate) is not None
+                         for r, lead in zip(records, leads))
+            if chip is not None and beside:  # measured here and estimated too (a Mac): the estimate stays beside it
+                columns.append(HtmlColumn(f"{ESTIMATE_MARK}ms {chip}", [escape(fmt_metric(r.metrics.get(estimate)))
+                                                                       for r in records]))
             continue
         columns.append(HtmlColumn(m.label, [escape(fmt_metric(r.metrics.get(m.name)) if m.unit == "ms" else
                                                    fmt_metric(r.metrics.get(m.name), m.format)) for r in records]))

@@ -51,10 +51,6 @@ def _chip_fill(i: int) -> str:
     return "url(#" + hatch_id(f"chip{i % len(CHIP_COLORS)}") + ")"
 
 
-def _num(value: float) -> str:
-    return f"{value:.4g}" if value else "0"
-
-
 def _not_timed(record: RunRecord) -> str:
     absent = record.metrics.get("latency.median")
     return f"not timed: {absent.reason if absent is not None and absent.reason else 'no latency in this record'}"
@@ -94,7 +90,7 @@ estimate would leave the estimate a 0-px sliver on a linear one."""
 
 
 def scale(values: Sequence[float], label_w: int) -> tuple[Callable[[float], float], list[tuple[float, str]]]:
-    """x of a figure, and the ticks (each labelled in the axis's one style: `ticks`): linear from zero;
+    """x of a figure, and the ticks (labelled in one style per axis: `html/ticks.py`): linear from zero;
     logarithmic (decades) when the figures span more than `LOG_ABOVE`."""
     positive = [v for v in values if v > 0]
     if is_log(values):
@@ -224,9 +220,11 @@ def latency_legend(records: Sequence[RunRecord] = (), machine: str = "") -> str:
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="2" x2="1" y2="10"/><line x1="17" y1="2" '
             'x2="17" y2="10"/></g></svg>estimate band: ×worst either way, ticks at ×typical</span>' if chips else "")
     here = f"measured median on this machine ({escape(machine)})" if machine else "measured median on this machine"
-    estimated = any((m := r.metrics.get("latency.median")) is not None and m.source == "estimated" for r in records)
-    return (f'<p class="legend"><span>{swatch(LATENCY_COLOR)}{here}</span>'
-            + (f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>' if estimated or not records else "")
+    sources = {m.source for r in records if (m := r.metrics.get("latency.median")) is not None and m.value is not None}
+    return ('<p class="legend">' + (f'<span>{swatch(LATENCY_COLOR)}{here}</span>' if "measured" in sources or not
+                                    records else "")
+            + (f'<span>{hatched}estimated median ({ESTIMATE_MARK})</span>' if "estimated" in sources or not records
+               else "")
             + f'{chips}'
             '<span><svg class="swatch" width="18" height="12"><g stroke="#212121" stroke-width="1.5">'
             '<line x1="1" y1="6" x2="17" y2="6"/><line x1="1" y1="1" x2="1" y2="11"/><line x1="17" y1="1" x2="17" '
