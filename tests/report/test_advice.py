@@ -96,3 +96,12 @@ def test_the_markdown_opens_with_the_candidates_per_target():
     assert text.index("## Which variant to ship") < text.index("### m")  # the first table
     assert "_Android_: measured on this machine's CPU: a stand-in for a phone's CPU, not a phone's latency." in summary
     assert "(fastest)" not in summary  # every target has a candidate: the note on unstarred rows is left out
+
+
+def test_candidates_with_the_very_same_figures_share_a_row():
+    est = lambda v: Metric.estimated(v, "ms")  # noqa: E731
+    twins = [_full(rec(f"m/coreml/{units}", latency__estimated__a17pro=est(0.4)), 2.0, 1e-5, "emulated")
+             for units in ("cpu_and_ne", "all")]
+    text = render_markdown(run_of(twins, "twins01"))
+    rows = [line for line in text.splitlines() if line.startswith("| m |")]
+    assert rows == ["| m | Apple devices | ★ `coreml/cpu_and_ne`, `coreml/all` | ≈0.400 ms on a17pro | 2.0 MB | †1.00e-05 |"]

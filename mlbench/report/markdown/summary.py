@@ -51,13 +51,18 @@ def _error(row: Row) -> str:
     return f"{source_mark(row.error_source)}{row.error:.2e}" + ("" if row.passed else " ✗")
 
 
-def _picks(group: Group) -> tuple[list[tuple[Row, bool]], int]:
-    """The rows a comment shows for a group (row, starred), and how many candidates it leaves out."""
-    starred = [r for r in group.rows if r.record.variant_id in group.stars]
-    if starred:
-        return [(r, True) for r in starred[:PER_TARGET]], max(len(starred) - PER_TARGET, 0)
+def _picks(group: Group) -> tuple[list[tuple[Row, bool, list[Row]]], int]:
+    """The rows a comment shows for a group (row, starred, the other candidates with the very same three figures:
+    compute units an estimate cannot tell apart), and how many candidates it leaves out."""
+    twins: dict[tuple, list[Row]] = {}
+    for row in group.rows:
+        if row.record.variant_id in group.stars:
+            twins.setdefault((row.latency, row.size, row.error), []).append(row)
+    if twins:
+        picks = [(same[0], True, same[1:]) for same in twins.values()]
+        return picks[:PER_TARGET], max(len(picks) - PER_TARGET, 0)
     timed = [r for r in group.rows if r.latency is not None]
-    return ([(timed[0], False)] if timed else []), 0
+    return ([(timed[0], False, [])] if timed else []), 0
 
 
 def ship_summary(records: Sequence[RunRecord]) -> list[str]:
@@ -73,14 +78,15 @@ def ship_summary(records: Sequence[RunRecord]) -> list[str]:
             picks, more = _picks(group)
             if more:
                 left_out.append(f"{md_cell(model)} on {group.deployment.label}: {more}")
-            for row, star in picks:
+            for row, star, same in picks:
                 if len(cells["model"]) >= MAX_ROWS:
                     left_out.append(f"{md_cell(model)} on {group.deployment.label}")
                     break
                 targets[group.deployment.label] = group.deployment.basis
                 cells["model"].append(md_cell(model))
                 cells["target"].append(group.deployment.label)
-                cells["variant"].append(("★ " if star else "") + md_code(_label(row.record)) + ("" if star else " " + FASTEST))
+                cells["variant"].append(("★ " if star else "") + ", ".join(md_code(_label(r.record)) for r in [row, *same])
+                                        + ("" if star else " " + FASTEST))
                 cells["latency"].append(_latency(row, group))
                 cells["size"].append(human_bytes(row.size) if row.size is not None else "–")
                 cells["error"].append(_error(row))
@@ -93,7 +99,8 @@ def ship_summary(records: Sequence[RunRecord]) -> list[str]:
     lines = ["## Which variant to ship", "", *table(kept), ""]
     notes = ["★: no other variant for the same target is at least as fast, as small and as close to the reference, "
              "and better in one (a star never crosses targets; up to "
-             f"{PER_TARGET} per target here, fastest first, all of them in the HTML report)."]
+             f"{PER_TARGET} per target here, fastest first, all of them in the HTML report; variants with the very same "
+             "figures share a row)."]
     notes += [f"_{label}_: {basis}." for label, basis in targets.items()]
     if any(FASTEST in c for c in cells["variant"]):
         notes.append("_(fastest)_: no variant for that target has a latency, a size and a passing max_rel, so none "
