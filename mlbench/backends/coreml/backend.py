@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 __all__ = ["CoremlArtifact", "CoremlBackend", "artifact_key_inputs", "placement_for", "static_metrics"]
 
 NOT_MACOS = "Core ML runs only on macOS; this machine runs {system}"
+PACKAGE_LAYOUT = 2
+"""What an mlbench package holds beyond the program; bump when it changes (it is part of the cache key).
+2: each op's PyTorch module and source line in the metadata (``origins``)."""
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None, deployment_target: str) -> dict:
@@ -44,6 +47,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None,
     return {
         "backend": "coreml",
         "format": "mlprogram",
+        "layout": PACKAGE_LAYOUT,
         "model_digest": model.digest,
         "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
