@@ -169,7 +169,7 @@ class ErrorLocalization(BaseModel):
 class ErrorSum:
     """Σ(variant − reference)² and Σreference² over samples, for one value."""
 
-    __slots__ = ("noise", "signal", "finite")
+    __slots__ = ("finite", "noise", "signal")
 
     def __init__(self) -> None:
         self.noise = 0.0
@@ -222,6 +222,18 @@ def growth_db(inputs: list[float | None], output: float | None) -> float | None:
     if output == -math.inf:
         return math.inf if worst > -math.inf else 0.0
     return worst - output
+
+
+def needs_localization(verification: object, factor: float) -> bool:
+    """Whether a verification failed, or passed within ``factor`` times its limits: max_rel at least
+    tolerance / factor, or an SNR within 20·log10(factor) dB of its floor."""
+    if not getattr(verification, "passed", True):
+        return True
+    max_rel, tolerance = getattr(verification, "max_rel", None), getattr(verification, "tolerance", None)
+    if isinstance(max_rel, float) and isinstance(tolerance, float) and tolerance > 0 and max_rel * factor >= tolerance:
+        return True
+    snr, floor = getattr(verification, "snr_db", None), getattr(verification, "min_snr_db", None)
+    return snr is not None and floor is not None and snr <= floor + 20 * math.log10(max(factor, 1.0))
 
 
 def as_record(localization: ErrorLocalization) -> dict:

@@ -67,7 +67,7 @@ def pair_programs(variant: Emulator, reference: Emulator) -> Pairing:
     for step in reference.steps:
         for name, _dtype in step.outputs:
             ref_by_output[name] = step
-    ref_inputs = {id(step): [n for n in _inputs(step, reference.constants)] for step in reference.steps}
+    ref_inputs = {id(step): list(_inputs(step, reference.constants)) for step in reference.steps}
     values: dict[str, str] = {n: n for n in variant.program.input_names if n in reference.program.input_names}
     for name, _info in variant.program.states:
         if any(name == other for other, _ in reference.program.states):

@@ -170,7 +170,7 @@ def _op_errors(pairing: Pairing, accumulated: dict[str, ErrorSum], origins: dict
         inputs = [snr.get(n) if n in snr else (None if n in pairing.values else -math.inf) for n in pair.inputs]
         ops.append(OpError(index=pair.index, name=name, op_type=pair.step.op.type, reference=pair.reference,
                            pairing=pair.how, origin=origin, rel_error=sums.rel_error, snr_db=value,
-                           growth_db=growth_db([v for v in inputs], value)))  # type: ignore[arg-type]
+                           growth_db=growth_db(list(inputs), value)))
     return ops
 
 
