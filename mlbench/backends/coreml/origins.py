@@ -32,7 +32,7 @@ __all__ = ["ORIGINS_KEY", "decode_origins", "encode_origins", "export_origins", 
 ORIGINS_KEY = "mlbench.op_origins"
 _ORIGINS_VERSION = 1
 _TS_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
-_PY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (.*)$')
+_PY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (.*)$', re.MULTILINE)
 _HIERARCHY = re.compile(r"^([^()]*)\(([^()]*)\)$")
 
 

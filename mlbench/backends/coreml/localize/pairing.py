@@ -83,8 +83,8 @@ def pair_programs(variant: Emulator, reference: Emulator) -> Pairing:
         for variant_name, reference_name in pair.outputs:
             if reference_name is not None:
                 values[variant_name] = reference_name
-        if pair.how in ("name", "structure"):
-            taken.add(id(ref_by_output[pair.reference])) if pair.reference else None
+        if pair.how in ("name", "structure") and pair.reference is not None:
+            taken.add(id(ref_by_output[pair.reference]))
     unmatched = sum(1 for step in reference.steps if id(step) not in taken)
     return Pairing(pairs, values, ref_by_output, unmatched)
 

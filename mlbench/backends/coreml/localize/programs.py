@@ -167,7 +167,7 @@ def _op_errors(pairing: Pairing, accumulated: dict[str, ErrorSum], origins: dict
         for variant_name, _r in pair.outputs:
             if variant_name in accumulated:
                 snr[variant_name] = accumulated[variant_name].snr_db
-        inputs = [snr.get(n) if n in snr else (None if n in pairing.values else -math.inf) for n in pair.inputs]
+        inputs = [snr.get(n) for n in pair.inputs if n in pairing.values]  # exact (None) unless computed
         ops.append(OpError(index=pair.index, name=name, op_type=pair.step.op.type, reference=pair.reference,
                            pairing=pair.how, origin=origin, rel_error=sums.rel_error, snr_db=value,
                            growth_db=growth_db(list(inputs), value)))
