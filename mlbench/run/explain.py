@@ -83,7 +83,7 @@ def advised_pipeline(report_path: str | Path, found: ErrorLocalization, destinat
                         "paths hold", file=destination)
     data: dict[str, Any] = yaml.safe_load(source.read_text(encoding="utf-8"))
     data.setdefault("optimizations", {}).update(advice.override)
-    verify = data.get("verify") if isinstance(data.get("verify"), dict) else {}
+    verify: dict[str, Any] = data["verify"] if isinstance(data.get("verify"), dict) else {}
     for limits in (verify.get("tolerance"), verify.get("min_snr_db")):  # judged by the variant's own limits
         if isinstance(limits, dict) and advice.recipe in limits:
             limits.setdefault(advice.advised_recipe, limits[advice.recipe])

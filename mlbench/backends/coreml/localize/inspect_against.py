@@ -13,9 +13,9 @@ __all__ = ["inspect_against"]
 
 def inspect_against(path: Path, reference: Path, seed: int, *, as_json: bool = False) -> int:
     from mlbench.backends.coreml.emulate import Emulator, UnsupportedOps
-    from mlbench.backends.coreml.inspect import readable_program, seeded_feeds
     from mlbench.backends.coreml.localize.programs import localize_programs
     from mlbench.backends.coreml.origins import package_origins
+    from mlbench.backends.coreml.seeded_inputs import readable_program, seeded_feeds
     from mlbench.report.localization import render_localization
 
     if not reference.exists():

@@ -10,7 +10,6 @@ from mlbench.errors import one_line
 from mlbench.localization import as_record, needs_localization
 
 if TYPE_CHECKING:
-    from mlbench.backends.coreml.backend import CoremlBackend
     from mlbench.matrix import Variant
     from mlbench.records import Verification
     from mlbench.sources.loading import LoadedModel
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 __all__ = ["localize_if_close"]
 
 
-def localize_if_close(backend: CoremlBackend, model: LoadedModel, variant: Variant,
+def localize_if_close(backend: Any, model: LoadedModel, variant: Variant,
                       verification: Verification | None) -> dict[str, Any]:
     """The details to add: none unless the variant is verified, exported by mlbench and close to failing."""
     factor = backend.config.verify.localize_within

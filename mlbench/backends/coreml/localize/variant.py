@@ -14,7 +14,6 @@ from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.localization import ErrorLocalization
 
 if TYPE_CHECKING:
-    from mlbench.backends.coreml.backend import CoremlBackend
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
@@ -28,7 +27,7 @@ def reference_variant(variant: Variant) -> Variant:
     return dataclasses.replace(variant, axes=axes)
 
 
-def localize_variant(backend: CoremlBackend, model: LoadedModel, variant: Variant, *,
+def localize_variant(backend: Any, model: LoadedModel, variant: Variant, *,
                      options: LocalizeOptions | None = None, eager: bool = True) -> ErrorLocalization:
     """The variant's ErrorLocalization (raises what the export or the interpreter raises)."""
     from mlbench.backends.coreml.emulate import Emulator, load_program

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("coremltools")
 
-from tests.backends.coreml.localize.known_models import line_of  # noqa: E402
+from tests.backends.coreml.localize.known_models import line_of
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
