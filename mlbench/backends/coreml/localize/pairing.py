@@ -76,7 +76,8 @@ def pair_programs(variant: Emulator, reference: Emulator) -> Pairing:
     pairs: list[Pair] = []
     for index, step in enumerate(variant.steps):
         inputs = _inputs(step, variant.constants)
-        pair = (_by_name(step, ref_by_output, taken) or _by_cast(step, inputs, values)
+        mapped = [values[n] for n in inputs] if all(n in values for n in inputs) else None
+        pair = (_by_name(step, ref_by_output, taken, mapped, ref_inputs) or _by_cast(step, inputs, values)
                 or _by_structure(step, inputs, values, reference.steps, ref_inputs, taken))
         pair.index, pair.inputs = index, inputs
         pairs.append(pair)
@@ -89,11 +90,17 @@ def pair_programs(variant: Emulator, reference: Emulator) -> Pairing:
     return Pairing(pairs, values, ref_by_output, unmatched)
 
 
-def _by_name(step: Any, ref_by_output: dict[str, Any], taken: set[int]) -> Pair | None:
+def _by_name(step: Any, ref_by_output: dict[str, Any], taken: set[int], mapped: list[str] | None,
+             ref_inputs: dict[int, list[str]]) -> Pair | None:
+    """The reference op of the same plain name and type; when every input is paired, it must compute from
+    the same inputs (generated names such as ``transpose_11`` are numbered per program, so they can meet
+    a different op)."""
     first = step.outputs[0][0]
     for candidate in dict.fromkeys([plain_name(first), plain_name(step.op.name or first)]):
         ref = ref_by_output.get(candidate)
         if ref is None or id(ref) in taken or ref.op.type != step.op.type or len(ref.outputs) != len(step.outputs):
+            continue
+        if mapped is not None and ref_inputs[id(ref)] != mapped:
             continue
         return Pair(step, 0, [(v, r) for (v, _), (r, _) in zip(step.outputs, ref.outputs)], "name")
     return None
