@@ -103,7 +103,7 @@ class BackendSpec:
     localize: str | None = None
     """"module:function(backend, model, variant) -> mlbench.localization.ErrorLocalization": where a variant
     loses accuracy, op by op (`mlbench explain`); None when this backend's runtime cannot expose intermediates."""
-    localize_missing: str = "its runtime exposes no intermediate values to mlbench"
+    localize_missing: str = "mlbench does not localize this backend's error yet (docs/accuracy.md)"
     """Why `localize` is None, in a few words."""
     requires: tuple[tuple[str, str], ...] = ()
     """(import name, distribution) pairs without which none of its variants can run: a run whose every variant
