@@ -74,8 +74,9 @@ def test_a_float16_overflow_is_named_first_at_its_layer(tmp_path):
     assert all(op.snr_db is None or op.snr_db > 0 for op in found.ops[: found.first_jump])  # nothing before it
 
 
-def test_one_flipped_weight_sign_is_the_top_contributor_at_float32(tmp_path):
+def test_one_flipped_weight_sign_is_the_top_contributor_at_float32(tmp_path, capsys):
     from mlbench.backends.coreml.localize import localize_packages
+    from mlbench.cli.main import main
 
     torch.manual_seed(3)
     model = Chain(depth=3)
@@ -88,6 +89,10 @@ def test_one_flipped_weight_sign_is_the_top_contributor_at_float32(tmp_path):
     assert found.ops[found.first_jump].origin.module == "layers.1"
     assert found.ops[0].snr_db is None  # layers.0 computes exactly what the reference computes
     assert found.modules[0].module == "layers.1"
+    capsys.readouterr()
+    assert main(["inspect", str(variant), "--against", str(reference)]) == 0  # the same, from the command line
+    printed = capsys.readouterr().out
+    assert f"**First op where the error jumps:** `layers.1 ({_where('chain')})`" in printed
 
 
 def test_the_one_palettized_layer_carries_the_error(tmp_path):
