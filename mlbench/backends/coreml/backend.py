@@ -25,8 +25,8 @@ from mlbench.backends.base import (
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
-from mlbench.backends.coreml.localize.run_hook import localize_if_close
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
+from mlbench.backends.localize_hook import localize_if_close
 from mlbench.machine import package_version
 from mlbench.records import Metric
 
@@ -188,7 +188,7 @@ class CoremlBackend(Backend):
                 metrics[name] = Metric.absent(unit, reason)
             # the emulated verification is the headline here: the program is checked on any OS
             metrics.update(verification_metrics(emulated, why_not and f"{why_not}; {reason}"))
-            details.update(localize_if_close(self, model, variant, emulated))
+            details.update(self._localize(model, variant, emulated))
             return Measurement(metrics=metrics, placement=placement, verify=emulated, details=details)
         from pathlib import Path
 
@@ -209,8 +209,14 @@ class CoremlBackend(Backend):
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
         if emulated is not None:
             result.details["verify_emulated"] = emulated.model_dump(mode="json")
-        result.details.update(localize_if_close(self, model, variant, result.verify or emulated))
+        result.details.update(self._localize(model, variant, result.verify or emulated))
         return result
+
+    def _localize(self, model: LoadedModel, variant: Variant, verification: Any) -> dict[str, Any]:
+        from mlbench.backends.coreml.localize.variant import localize_variant
+
+        return localize_if_close(self, model, variant, verification, localize_variant,
+                                 existing=self.target.package is not None)
 
     def _estimates(self, artifact: CoremlArtifact, placement: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""

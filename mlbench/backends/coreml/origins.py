@@ -19,11 +19,10 @@ the package's metadata (``mlbench.op_origins``, compact JSON), where the interpr
 from __future__ import annotations
 
 import json
-import os
-import re
 from pathlib import Path
 from typing import Any
 
+from mlbench.backends.source_frames import op_kind, script_frames, trace_frames, user_frame
 from mlbench.localization import OpOrigin
 
 __all__ = ["ORIGINS_KEY", "decode_origins", "encode_origins", "export_origins", "mark_export_nodes",
@@ -31,29 +30,6 @@ __all__ = ["ORIGINS_KEY", "decode_origins", "encode_origins", "export_origins", 
 
 ORIGINS_KEY = "mlbench.op_origins"
 _ORIGINS_VERSION = 1
-_TS_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
-_PY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (.*)$', re.MULTILINE)
-_HIERARCHY = re.compile(r"^([^()]*)\(([^()]*)\)$")
-
-
-def _library_dirs() -> tuple[str, ...]:
-    import torch
-
-    return (os.path.dirname(torch.__file__) + os.sep,)
-
-
-def _user_frame(frames: list[tuple[str, int]]) -> tuple[str | None, int | None]:
-    """The innermost frame outside torch (frames innermost first)."""
-    skip = _library_dirs()
-    for file, line in frames:
-        if not file.startswith(skip) and not file.startswith("<"):
-            return file, line
-    return None, None
-
-
-def _kind(kind: str) -> str:
-    """``aten::relu_`` -> ``relu``: the op without namespace or in-place mark."""
-    return kind.split("::")[-1].rstrip("_")
 
 
 # ------------------------------------------------------------------ torch.export path
@@ -72,10 +48,9 @@ def mark_export_nodes(program: Any) -> dict[int, OpOrigin]:
         if stack:
             path, cls = list(stack.values())[-1]
             module_type = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
-        frames = [(m.group(1), int(m.group(2))) for m in _PY_FRAME.finditer(node.meta.get("stack_trace") or "")]
-        file, line = _user_frame(list(reversed(frames)))
+        file, line = user_frame(trace_frames(node.meta.get("stack_trace")))
         op = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-        origins[index] = OpOrigin(module=str(path), module_type=module_type, op=_kind(op), file=file, line=line)
+        origins[index] = OpOrigin(module=str(path), module_type=module_type, op=op_kind(op), file=file, line=line)
     return origins
 
 
@@ -103,15 +78,10 @@ def trace_node_origins(traced: Any, module: Any) -> dict[tuple[str, str], list[O
             continue
         path = node.scopeName().split("/")[-1].removeprefix("__module").lstrip(".")
         cls = types.get(path)
-        frames = []
-        for text in node.sourceRange().splitlines():
-            match = _TS_FRAME.match(text.strip())
-            if match:
-                frames.append((match.group(1), int(match.group(2))))
-        file, line = _user_frame(frames)
+        file, line = user_frame(script_frames(node.sourceRange()))
         origin = OpOrigin(module=path, module_type=f"{cls.__module__}.{cls.__qualname__}" if cls else None,
-                          op=_kind(kind), file=file, line=line)
-        table.setdefault((node.getModuleHierarchy(), _kind(kind)), []).append(origin)
+                          op=op_kind(kind), file=file, line=line)
+        table.setdefault((node.getModuleHierarchy(), op_kind(kind)), []).append(origin)
     return table
 
 
@@ -127,7 +97,7 @@ def program_origins(mlmodel: Any, table: dict[tuple[str, str], list[OpOrigin]]) 
         if not names or len(names) != len(kinds):
             continue
         hierarchy = ".".join(f"{n}({t})" for n, t in zip(names[:-1], kinds[:-1]))
-        key = (hierarchy, _kind(kinds[-1]))
+        key = (hierarchy, op_kind(kinds[-1]))
         candidates = table.get(key)
         if not candidates:
             continue

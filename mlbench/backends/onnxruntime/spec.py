@@ -12,5 +12,6 @@ SPEC = BackendSpec(
     extra="onnxruntime",
     devices=(GPU, CPU),
     report_sections=("mlbench.backends.onnxruntime.report:render_op_times",),
+    localize="mlbench.backends.onnxruntime.localize:localize_variant",
     order=2,
 )

@@ -5,9 +5,9 @@
     found.ops[found.first_jump].described      # 'encoder.layer.3.attention.softmax (models.py:88)'
 
 Modules: ``pairing`` (variant op -> reference op), ``programs`` (the runs and figures), ``weights``
-(bytes each module's compression saves), ``advice`` (which modules to leave uncompressed), ``eager``
-(module outputs against eager PyTorch), ``variant`` (a sweep's variant: its reference exported through
-the cache).
+(bytes each module's compression saves), ``advice`` (which modules to leave uncompressed), ``variant``
+(a sweep's variant: its reference exported through the cache). Module outputs against eager PyTorch:
+``mlbench.backends.eager_modules``.
 """
 
 from __future__ import annotations

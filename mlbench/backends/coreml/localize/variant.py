@@ -73,8 +73,8 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant, *,
 
 
 def _eager(emulator: Any, model: LoadedModel, inputs: list, feeds: dict, origins: dict) -> list:
-    from mlbench.backends.coreml.localize.eager import eager_modules
     from mlbench.backends.coreml.localize.programs import _array
+    from mlbench.backends.eager_modules import eager_modules
 
     env = emulator.run_observed(feeds, lambda *_: None)
     values = [(step.op.name, step.outputs[0][0], _array(env.get(step.outputs[0][0]))) for step in emulator.steps]

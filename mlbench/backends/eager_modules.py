@@ -1,4 +1,4 @@
-"""Module outputs of the variant's program against eager PyTorch's, by forward hooks.
+"""Module outputs of an exported program against eager PyTorch's, by forward hooks (every backend that localizes).
 
 A module's output in the program is the value of its last op (program order) converted from it or from
 a module under it, when that value has the size of the module's first tensor output. A module called

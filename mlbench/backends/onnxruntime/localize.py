@@ -1,0 +1,225 @@
+"""Where an ONNX Runtime variant loses accuracy: every node's output exposed as an extra graph output, the
+float16 graph run beside the same model's float32 graph on the CPU provider, paired node by node.
+
+Origins come from the graph itself: the dynamo exporter keeps, per node, the module path
+(``pkg.torch.onnx.name_scopes``), the classes (``pkg.torch.onnx.class_hierarchy``) and the stack
+(``pkg.torch.onnx.stack_trace``); the TorchScript exporter only its scope in the node's name
+(``/blocks.0/fc/Gemm``), without a line. Shares are not measured: ONNX Runtime runs the graph whole, so
+one node's output cannot be computed the variant's way inside the reference's run.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from mlbench.backends.source_frames import op_kind, trace_frames, user_frame
+from mlbench.config.base import NO_OPTIMIZATION
+from mlbench.localization import ErrorLocalization, ErrorSum, ModuleError, OpError, OpOrigin, first_jump, growth_db
+
+if TYPE_CHECKING:
+    from mlbench.matrix import Variant
+    from mlbench.sources.loading import LoadedModel
+
+__all__ = ["graph_feeds", "graph_origins", "graph_values", "localize_graphs", "localize_variant"]
+
+NO_SHARES = ("shares are not measured: ONNX Runtime runs the graph whole, so one node cannot be computed the "
+             "variant's way inside the reference's run")
+
+
+def graph_origins(graph: Any) -> dict[str, OpOrigin]:
+    """Node output name -> origin, from the exporter's metadata (dynamo) or the node's scoped name."""
+    found: dict[str, OpOrigin] = {}
+    for node in graph.node:
+        meta = {p.key: p.value for p in node.metadata_props}
+        origin = _from_metadata(meta) if "pkg.torch.onnx.name_scopes" in meta else _from_name(node)
+        if origin is not None:
+            for output in node.output:
+                found[output] = origin
+    return found
+
+
+def _from_metadata(meta: dict[str, str]) -> OpOrigin | None:
+    try:
+        scopes = [str(s) for s in ast.literal_eval(meta["pkg.torch.onnx.name_scopes"])]
+        classes = [str(c) for c in ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))]
+    except (ValueError, SyntaxError):
+        return None
+    module = scopes[-2] if len(scopes) >= 2 else ""
+    op = op_kind(classes[-1]) if classes and classes[-1].startswith("aten.") else op_kind(scopes[-1] if scopes else "")
+    file, line = user_frame(trace_frames(meta.get("pkg.torch.onnx.stack_trace")))
+    return OpOrigin(module=module, module_type=classes[-2] if len(classes) >= 2 else None, op=op, file=file, line=line)
+
+
+def _from_name(node: Any) -> OpOrigin | None:
+    parts = [p for p in node.name.split("/") if p]
+    if len(parts) < 2:
+        return None
+    return OpOrigin(module=".".join(parts[:-1]), op=node.op_type.lower())
+
+
+def graph_values(path: Path, feeds: dict[str, np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+    """(the graph, the inputs' and every node output's value) for one run on the CPU provider."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+    declared = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        for output in node.output:
+            if output and output not in declared:
+                model.graph.output.append(onnx.ValueInfoProto(name=output))
+                declared.add(output)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    values = session.run(names, feeds)
+    graph = onnx.load(str(path), load_external_data=False).graph
+    found = {name: np.asarray(value) for name, value in zip(names, values) if isinstance(value, np.ndarray)}
+    return graph, {**{name: np.asarray(value) for name, value in feeds.items()}, **found}
+
+
+def localize_graphs(variant: Path, reference: Path, feeds: list[dict[str, np.ndarray]], *, variant_id: str,
+                    reference_label: str) -> ErrorLocalization:
+    """Per-node error of the graph ``variant`` against ``reference`` over ``feeds``."""
+    started = time.perf_counter()
+    sums: dict[str, ErrorSum] = {}
+    output_sums: dict[str, ErrorSum] = {}
+    graph: Any = None
+    pairs: dict[str, str | None] = {}
+    for sample in feeds:
+        graph, got = graph_values(variant, sample)
+        _, want = graph_values(reference, sample)
+        pairs = _pairs(graph, want)
+        for name, ref_name in pairs.items():
+            a, r = got.get(name), want.get(ref_name) if ref_name else None
+            if a is not None and r is not None and a.size == r.size:
+                sums.setdefault(name, ErrorSum()).add(a, r)
+        for output in graph.output:
+            if output.name in got and output.name in want:
+                output_sums.setdefault(output.name, ErrorSum()).add(got[output.name], want[output.name])
+    origins = graph_origins(graph)
+    initializers = {i.name for i in graph.initializer}
+    snr: dict[str, float | None] = {}
+    ops: list[OpError] = []
+    for index, node in enumerate(_ordered(graph)):
+        name = node.output[0]
+        ref_name = pairs.get(name)
+        origin = origins.get(name)
+        if name not in sums:
+            why = ("no reference node has this output (inserted by the float16 conversion or rewritten), nor "
+                   "does it cast one"
+                   if ref_name is None else "its output is not a tensor of the reference's size")
+            ops.append(OpError(index=index, name=name, op_type=node.op_type, pairing="unpaired", why_unpaired=why,
+                               origin=origin))
+            continue
+        value = sums[name].snr_db
+        for output in node.output:
+            if output in sums:
+                snr[output] = sums[output].snr_db
+        inputs = [snr.get(i) for i in node.input if i and i not in initializers and (i in snr or i in pairs)]
+        ops.append(OpError(index=index, name=name, op_type=node.op_type, reference=ref_name,
+                           pairing="cast" if ref_name != name else "name", origin=origin,
+                           rel_error=sums[name].rel_error, snr_db=value, growth_db=growth_db(list(inputs), value)))
+    finite = all(s.finite for s in output_sums.values())
+    output_snr = min((s.snr_db for s in output_sums.values() if s.snr_db is not None), default=None)
+    output_snr = output_snr if finite else -math.inf
+    return ErrorLocalization(variant=variant_id, backend="onnxruntime", reference=reference_label, source="measured",
+                             samples=len(feeds), seconds=time.perf_counter() - started, output_snr_db=output_snr,
+                             first_jump=first_jump(ops, output_snr), ops=ops, modules=_modules(ops), notes=[NO_SHARES])
+
+
+def _pairs(graph: Any, reference: dict[str, np.ndarray]) -> dict[str, str | None]:
+    """Variant output -> reference output: the same name, or through a Cast the reference lacks (a Cast
+    before a node stands for its input; a node renamed to feed a Cast to a graph output, for that output)."""
+    pairs: dict[str, str | None] = {name: name for name in reference}
+    for node in _ordered(graph):
+        for output in node.output:
+            if output in reference:
+                continue
+            source = node.input[0] if node.op_type == "Cast" and node.input else None
+            pairs[output] = pairs.get(source) if source else None
+    for node in graph.node:
+        if node.op_type == "Cast" and node.input and node.output[0] in reference and pairs.get(node.input[0]) is None:
+            pairs[node.input[0]] = node.output[0]
+    return pairs
+
+
+def _ordered(graph: Any) -> list[Any]:
+    """The graph's nodes in an order where each comes after what it reads (the float16 conversion appends
+    its Casts at the end of the list)."""
+    produced = {output: node for node in graph.node for output in node.output}
+    done: set[int] = set()
+    order: list[Any] = []
+
+    def visit(node: Any) -> None:
+        stack = [(node, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if id(current) in done:
+                continue
+            if expanded:
+                done.add(id(current))
+                order.append(current)
+                continue
+            stack.append((current, True))
+            stack += [(produced[i], False) for i in current.input if i in produced and id(produced[i]) not in done]
+
+    for node in graph.node:
+        visit(node)
+    return order
+
+
+def _modules(ops: list[OpError]) -> list[ModuleError]:
+    last: dict[str, OpError] = {}
+    count: dict[str, int] = {}
+    for op in ops:
+        if op.origin is not None and op.pairing != "unpaired":
+            last[op.origin.module] = op
+            count[op.origin.module] = count.get(op.origin.module, 0) + 1
+    modules = [ModuleError(module=m or "(model)", where=op.origin.where if op.origin else None, ops=count[m],
+                           snr_db=op.snr_db) for m, op in last.items()]
+    return sorted(modules, key=lambda m: math.inf if m.snr_db is None else m.snr_db)
+
+
+def graph_feeds(path: Path, inputs: list[Any]) -> dict[str, np.ndarray]:
+    """The model's input tensors by the graph's input names (initializers are not inputs)."""
+    import onnx
+
+    graph = onnx.load(str(path), load_external_data=False).graph
+    initializers = {i.name for i in graph.initializer}
+    names = [i.name for i in graph.input if i.name not in initializers]
+    if len(names) != len(inputs):
+        raise ValueError(f"the ONNX graph takes {len(names)} inputs ({', '.join(names)}); the model has {len(inputs)}")
+    return {name: tensor.detach().cpu().numpy() for name, tensor in zip(names, inputs)}
+
+
+def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> ErrorLocalization:
+    """A sweep's variant against the same model's float32 graph (exported through the cache); with the module
+    outputs against eager PyTorch."""
+    from mlbench.backends.eager_modules import eager_modules
+
+    started = time.perf_counter()
+    reference = dataclasses.replace(variant, axes=tuple(
+        (k, "float32" if k == "precision" else NO_OPTIMIZATION if k == "optimize" else v) for k, v in variant.axes))
+    path = backend.export(model, variant).payload.path
+    alternative = model.alternative(variant.shape)
+    samples = [model.sample(i, alternative)[0] for i in range(backend.config.verify.samples)]
+    feeds = [graph_feeds(path, inputs) for inputs in samples]
+    if reference == variant:
+        found = localize_graphs(path, path, feeds[:1], variant_id=variant.id, reference_label="itself")
+        found.notes.insert(0, "a float32 graph is its own reference: see the module outputs against eager PyTorch")
+    else:
+        found = localize_graphs(path, backend.export(model, reference).payload.path, feeds, variant_id=variant.id,
+                                reference_label=f"{reference.id} (float32), ONNX Runtime CPU")
+    if model.has_source:
+        graph, values = graph_values(path, feeds[0])
+        program = [(node.output[0], node.output[0], values.get(node.output[0])) for node in _ordered(graph)]
+        found.eager = eager_modules(model.torch_module, samples[0], program, graph_origins(graph))
+    found.seconds = time.perf_counter() - started
+    return found
