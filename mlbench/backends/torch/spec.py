@@ -10,5 +10,6 @@ SPEC = BackendSpec(
     packages=("torch", "torchvision"),
     requires=(("torch", "torch"),),
     extra="torch",
+    localize_missing="eager PyTorch is the reference every other backend is localized against",
     order=0,
 )
