@@ -35,10 +35,14 @@ def eager_outputs(module: Any, inputs: list[Any]) -> list[tuple[str, np.ndarray]
     """(module path, its first tensor output) in call order, modules called once only."""
     import torch
 
+    from mlbench.backends.source_frames import module_path, wrapper_prefix
+
     calls: dict[str, list[np.ndarray]] = {}
     order: list[str] = []
     handles = []
-    for name, sub in module.named_modules():
+    prefix = wrapper_prefix(module)
+    for full_name, sub in module.named_modules():
+        name = module_path(full_name, prefix)
         if not name:
             continue
 

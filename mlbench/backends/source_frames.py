@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-__all__ = ["op_kind", "script_frames", "trace_frames", "user_frame"]
+__all__ = ["module_path", "op_kind", "script_frames", "trace_frames", "user_frame", "wrapper_prefix"]
 
 _PY_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (.*)$', re.MULTILINE)
 _TS_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -49,3 +49,20 @@ def op_kind(kind: str) -> str:
     elif len(parts) >= 2:
         kind = parts[0]
     return kind.rstrip("_")
+
+
+def wrapper_prefix(module: object) -> str:
+    """``module.`` when ``module`` is mlbench's own calling-convention wrapper (``BoundModule``, for Hugging Face
+    models): the user's model is its ``module`` attribute, and paths read as the user's model names them."""
+    from mlbench.sources.binding import BoundModule
+
+    return "module." if isinstance(module, BoundModule) else ""
+
+
+def module_path(path: str, prefix: str) -> str:
+    """``path`` without the wrapper's ``prefix`` (the wrapped model itself is '')."""
+    if not prefix:
+        return path
+    if path == prefix.rstrip("."):
+        return ""
+    return path.removeprefix(prefix)

@@ -31,6 +31,7 @@ from mlbench.backends.coreml.origins import (
     trace_node_origins,
 )
 from mlbench.backends.flexible import dynamic_shapes
+from mlbench.backends.source_frames import wrapper_prefix
 from mlbench.errors import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -169,7 +170,7 @@ def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, s
                                           dynamic_shapes=dynamic_shapes(items, module)).run_decompositions({})
     except Exception as exc:  # torch.export raises many types: each becomes the variant's one line
         raise _PathFailed("torch.export failed", shorten_coremltools_message(exc)) from exc
-    by_handle = mark_export_nodes(program)
+    by_handle = mark_export_nodes(program, wrapper_prefix(module))
     try:
         with coremltools_captured(sink):
             # coremltools takes the inputs (names, shapes, dtypes) from the ExportedProgram; given ones

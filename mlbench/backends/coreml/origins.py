@@ -22,7 +22,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mlbench.backends.source_frames import op_kind, script_frames, trace_frames, user_frame
+from mlbench.backends.source_frames import (
+    module_path,
+    op_kind,
+    script_frames,
+    trace_frames,
+    user_frame,
+    wrapper_prefix,
+)
 from mlbench.localization import OpOrigin
 
 __all__ = ["ORIGINS_KEY", "decode_origins", "encode_origins", "export_origins", "mark_export_nodes",
@@ -35,9 +42,9 @@ _ORIGINS_VERSION = 1
 # ------------------------------------------------------------------ torch.export path
 
 
-def mark_export_nodes(program: Any) -> dict[int, OpOrigin]:
+def mark_export_nodes(program: Any, prefix: str = "") -> dict[int, OpOrigin]:
     """Give every node of the ExportedProgram's graph a debug handle (coremltools keeps it in each MIL op's
-    scope) and return the origin each handle stands for."""
+    scope) and return the origin each handle stands for (module paths without the wrapper's ``prefix``)."""
     origins: dict[int, OpOrigin] = {}
     for index, node in enumerate(program.graph.nodes):
         node.meta["debug_handle"] = index
@@ -50,7 +57,7 @@ def mark_export_nodes(program: Any) -> dict[int, OpOrigin]:
             module_type = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
         file, line = user_frame(trace_frames(node.meta.get("stack_trace")))
         op = str(getattr(node.target, "__name__", node.target)).split(".")[0]
-        origins[index] = OpOrigin(module=str(path), module_type=module_type, op=op_kind(op), file=file, line=line)
+        origins[index] = OpOrigin(module=module_path(str(path), prefix), module_type=module_type, op=op_kind(op), file=file, line=line)
     return origins
 
 
@@ -71,6 +78,7 @@ def export_origins(mlmodel: Any, by_handle: dict[int, OpOrigin]) -> dict[str, Op
 def trace_node_origins(traced: Any, module: Any) -> dict[tuple[str, str], list[OpOrigin]]:
     """(TorchScript module hierarchy, op kind) -> the origins of its nodes, in graph order."""
     types = {name: type(m) for name, m in module.named_modules()}
+    prefix = wrapper_prefix(module)
     table: dict[tuple[str, str], list[OpOrigin]] = {}
     for node in traced.inlined_graph.nodes():
         kind = node.kind()
@@ -79,7 +87,7 @@ def trace_node_origins(traced: Any, module: Any) -> dict[tuple[str, str], list[O
         path = node.scopeName().split("/")[-1].removeprefix("__module").lstrip(".")
         cls = types.get(path)
         file, line = user_frame(script_frames(node.sourceRange()))
-        origin = OpOrigin(module=path, module_type=f"{cls.__module__}.{cls.__qualname__}" if cls else None,
+        origin = OpOrigin(module=module_path(path, prefix), module_type=f"{cls.__module__}.{cls.__qualname__}" if cls else None,
                           op=op_kind(kind), file=file, line=line)
         table.setdefault((node.getModuleHierarchy(), op_kind(kind)), []).append(origin)
     return table

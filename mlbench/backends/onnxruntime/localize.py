@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mlbench.backends.source_frames import op_kind, trace_frames, user_frame
+from mlbench.backends.source_frames import module_path, op_kind, trace_frames, user_frame, wrapper_prefix
 from mlbench.config.base import NO_OPTIMIZATION
 from mlbench.localization import ErrorLocalization, ErrorSum, ModuleError, OpError, OpOrigin, first_jump, growth_db
 
@@ -33,13 +33,15 @@ NO_SHARES = ("shares are not measured: ONNX Runtime runs the graph whole, so one
              "variant's way inside the reference's run")
 
 
-def graph_origins(graph: Any) -> dict[str, OpOrigin]:
-    """Node output name -> origin, from the exporter's metadata (dynamo) or the node's scoped name."""
+def graph_origins(graph: Any, prefix: str = "") -> dict[str, OpOrigin]:
+    """Node output name -> origin, from the exporter's metadata (dynamo) or the node's scoped name; module
+    paths without the wrapper's ``prefix`` (``source_frames.wrapper_prefix``)."""
     found: dict[str, OpOrigin] = {}
     for node in graph.node:
         meta = {p.key: p.value for p in node.metadata_props}
         origin = _from_metadata(meta) if "pkg.torch.onnx.name_scopes" in meta else _from_name(node)
         if origin is not None:
+            origin = origin.model_copy(update={"module": module_path(origin.module, prefix)})
             for output in node.output:
                 found[output] = origin
     return found
@@ -85,7 +87,7 @@ def graph_values(path: Path, feeds: dict[str, np.ndarray]) -> tuple[Any, dict[st
 
 
 def localize_graphs(variant: Path, reference: Path, feeds: list[dict[str, np.ndarray]], *, variant_id: str,
-                    reference_label: str) -> ErrorLocalization:
+                    reference_label: str, prefix: str = "") -> ErrorLocalization:
     """Per-node error of the graph ``variant`` against ``reference`` over ``feeds``."""
     started = time.perf_counter()
     sums: dict[str, ErrorSum] = {}
@@ -103,7 +105,7 @@ def localize_graphs(variant: Path, reference: Path, feeds: list[dict[str, np.nda
         for output in graph.output:
             if output.name in got and output.name in want:
                 output_sums.setdefault(output.name, ErrorSum()).add(got[output.name], want[output.name])
-    origins = graph_origins(graph)
+    origins = graph_origins(graph, prefix)
     initializers = {i.name for i in graph.initializer}
     snr: dict[str, float | None] = {}
     ops: list[OpError] = []
@@ -205,6 +207,7 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
     from mlbench.backends.eager_modules import eager_modules
 
     started = time.perf_counter()
+    prefix = wrapper_prefix(model.torch_module)
     reference = dataclasses.replace(variant, axes=tuple(
         (k, "float32" if k == "precision" else NO_OPTIMIZATION if k == "optimize" else v) for k, v in variant.axes))
     path = backend.export(model, variant).payload.path
@@ -212,14 +215,14 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
     samples = [model.sample(i, alternative)[0] for i in range(backend.config.verify.samples)]
     feeds = [graph_feeds(path, inputs) for inputs in samples]
     if reference == variant:
-        found = localize_graphs(path, path, feeds[:1], variant_id=variant.id, reference_label="itself")
+        found = localize_graphs(path, path, feeds[:1], variant_id=variant.id, reference_label="itself", prefix=prefix)
         found.notes.insert(0, "a float32 graph is its own reference: see the module outputs against eager PyTorch")
     else:
         found = localize_graphs(path, backend.export(model, reference).payload.path, feeds, variant_id=variant.id,
-                                reference_label=f"{reference.id} (float32), ONNX Runtime CPU")
+                                reference_label=f"{reference.id} (float32), ONNX Runtime CPU", prefix=prefix)
     if model.has_source:
         graph, values = graph_values(path, feeds[0])
         program = [(node.output[0], node.output[0], values.get(node.output[0])) for node in _ordered(graph)]
-        found.eager = eager_modules(model.torch_module, samples[0], program, graph_origins(graph))
+        found.eager = eager_modules(model.torch_module, samples[0], program, graph_origins(graph, prefix))
     found.seconds = time.perf_counter() - started
     return found
