@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from mlbench.localization import EagerModule, ErrorSum, OpOrigin
+from mlbench.localization import EagerModule, ErrorSum, OpOrigin, growth_db
 
 __all__ = ["eager_modules"]
 
@@ -82,7 +82,7 @@ def eager_modules(module: Any, inputs: list[Any], program_values: list[tuple[str
         sums = ErrorSum()
         sums.add(standing[1], expected)
         snr = sums.snr_db
-        growth = None if previous is None or snr is None else previous - snr
+        growth = growth_db([previous], snr)  # the first module's input is exact
         found.append(EagerModule(module=path, op=standing[0], snr_db=snr, growth_db=growth))
-        previous = snr if snr is not None else previous
+        previous = snr
     return found

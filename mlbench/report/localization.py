@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import yaml
 
-from mlbench.localization import ErrorLocalization, OpError
+from mlbench.localization import JUMP_NEAR_OUTPUT_DB, ErrorLocalization, OpError
 from mlbench.metrics import source_mark
 from mlbench.records import RunRecord
 from mlbench.report.text import md_cell, md_code
@@ -90,8 +90,14 @@ def render_localization(found: ErrorLocalization, *, rows: int = TOP_ROWS, every
 def _eager_lines(found: ErrorLocalization, rows: int) -> list[str]:
     if not found.eager:
         return []
-    worst = sorted(found.eager, key=lambda m: -(m.growth_db or 0.0))[:rows]
-    lines = ["**Against eager PyTorch** (module outputs, forward hooks; the modules that lose the most):", "",
+    floor = min((m.snr_db for m in found.eager if m.snr_db is not None), default=None)
+    near = [m for m in found.eager if m.snr_db is not None and floor is not None
+            and m.snr_db <= floor + JUMP_NEAR_OUTPUT_DB]  # where the error is already of the output's order
+    worst = sorted(near, key=lambda m: -(m.growth_db or 0.0))[:rows]
+    if not worst:
+        return []
+    lines = ["**Against eager PyTorch** (module outputs, forward hooks; of those within "
+             f"{JUMP_NEAR_OUTPUT_DB:g} dB of the worst, the ones that lose the most):", "",
              "| module | SNR dB | lost dB since the module before |", "|---|---:|---:|"]
     lines += [f"| {md_code(m.module)} | {_db(m.snr_db)} | {_db(m.growth_db) if m.growth_db is not None else '–'} |"
               for m in worst]
