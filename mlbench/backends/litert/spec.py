@@ -22,7 +22,6 @@ SPEC = BackendSpec(
     devices=(CPU,),
     recipes=LitertQuantizeRecipe,
     metrics=(DELEGATED,),
-    localize_missing="not built yet: the LiteRT interpreter can keep every tensor "
-                     "(experimental_preserve_all_tensors), which mlbench does not read yet",
+    localize="mlbench.backends.litert.localize:localize_variant",
     order=3,
 )

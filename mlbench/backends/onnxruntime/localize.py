@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import math
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from mlbench.backends.localize_graph import Node, localize_nodes
 from mlbench.backends.source_frames import module_path, op_kind, trace_frames, user_frame, wrapper_prefix
 from mlbench.config.base import NO_OPTIMIZATION
-from mlbench.localization import ErrorLocalization, ErrorSum, ModuleError, OpError, OpOrigin, first_jump, growth_db
+from mlbench.localization import ErrorLocalization, OpOrigin
 
 if TYPE_CHECKING:
     from mlbench.matrix import Variant
@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["graph_feeds", "graph_origins", "graph_values", "localize_graphs", "localize_variant"]
 
-NO_SHARES = ("shares are not measured: ONNX Runtime runs the graph whole, so one node cannot be computed the "
-             "variant's way inside the reference's run")
 
 
 def graph_origins(graph: Any, prefix: str = "") -> dict[str, OpOrigin]:
@@ -81,7 +79,7 @@ def graph_values(path: Path, feeds: dict[str, np.ndarray]) -> tuple[Any, dict[st
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     values = session.run(names, feeds)
-    graph = onnx.load(str(path), load_external_data=False).graph
+    graph = model.graph
     found = {name: np.asarray(value) for name, value in zip(names, values) if isinstance(value, np.ndarray)}
     return graph, {**{name: np.asarray(value) for name, value in feeds.items()}, **found}
 
@@ -90,50 +88,22 @@ def localize_graphs(variant: Path, reference: Path, feeds: list[dict[str, np.nda
                     reference_label: str, prefix: str = "") -> ErrorLocalization:
     """Per-node error of the graph ``variant`` against ``reference`` over ``feeds``."""
     started = time.perf_counter()
-    sums: dict[str, ErrorSum] = {}
-    output_sums: dict[str, ErrorSum] = {}
-    graph: Any = None
-    pairs: dict[str, str | None] = {}
-    for sample in feeds:
-        graph, got = graph_values(variant, sample)
-        _, want = graph_values(reference, sample)
-        pairs = _pairs(graph, want)
-        for name, ref_name in pairs.items():
-            a, r = got.get(name), want.get(ref_name) if ref_name else None
-            if a is not None and r is not None and a.size == r.size:
-                sums.setdefault(name, ErrorSum()).add(a, r)
-        for output in graph.output:
-            if output.name in got and output.name in want:
-                output_sums.setdefault(output.name, ErrorSum()).add(got[output.name], want[output.name])
-    origins = graph_origins(graph, prefix)
-    initializers = {i.name for i in graph.initializer}
-    snr: dict[str, float | None] = {}
-    ops: list[OpError] = []
-    for index, node in enumerate(_ordered(graph)):
-        name = node.output[0]
-        ref_name = pairs.get(name)
-        origin = origins.get(name)
-        if name not in sums:
-            why = ("no reference node has this output (inserted by the float16 conversion or rewritten), nor "
-                   "does it cast one"
-                   if ref_name is None else "its output is not a tensor of the reference's size")
-            ops.append(OpError(index=index, name=name, op_type=node.op_type, pairing="unpaired", why_unpaired=why,
-                               origin=origin))
-            continue
-        value = sums[name].snr_db
-        for output in node.output:
-            if output in sums:
-                snr[output] = sums[output].snr_db
-        inputs = [snr.get(i) for i in node.input if i and i not in initializers and (i in snr or i in pairs)]
-        ops.append(OpError(index=index, name=name, op_type=node.op_type, reference=ref_name,
-                           pairing="cast" if ref_name != name else "name", origin=origin,
-                           rel_error=sums[name].rel_error, snr_db=value, growth_db=growth_db(list(inputs), value)))
-    finite = all(s.finite for s in output_sums.values())
-    output_snr = min((s.snr_db for s in output_sums.values() if s.snr_db is not None), default=None)
-    output_snr = output_snr if finite else -math.inf
-    return ErrorLocalization(variant=variant_id, backend="onnxruntime", reference=reference_label, source="measured",
-                             samples=len(feeds), seconds=time.perf_counter() - started, output_snr_db=output_snr,
-                             first_jump=first_jump(ops, output_snr), ops=ops, modules=_modules(ops), notes=[NO_SHARES])
+    runs = [(graph_values(variant, sample)[1], graph_values(reference, sample)[1]) for sample in feeds]
+    graph = onnx_graph(variant)
+    pairs = _pairs(graph, runs[0][1] if runs else {})
+    nodes = [Node(n.output[0], n.op_type, [i for i in n.input if i], list(n.output)) for n in _ordered(graph)]
+    return localize_nodes(nodes, runs, pairs=pairs, origins=graph_origins(graph, prefix),
+                          constants={i.name for i in graph.initializer}, outputs=[o.name for o in graph.output],
+                          variant_id=variant_id, backend="onnxruntime", reference_label=reference_label,
+                          source="measured", started=started,
+                          why_unpaired="no reference node has this output (inserted by the float16 conversion or "
+                          "rewritten), nor does it cast one")
+
+
+def onnx_graph(path: Path) -> Any:
+    import onnx
+
+    return onnx.load(str(path), load_external_data=False).graph
 
 
 def _pairs(graph: Any, reference: dict[str, np.ndarray]) -> dict[str, str | None]:
@@ -177,23 +147,10 @@ def _ordered(graph: Any) -> list[Any]:
     return order
 
 
-def _modules(ops: list[OpError]) -> list[ModuleError]:
-    last: dict[str, OpError] = {}
-    count: dict[str, int] = {}
-    for op in ops:
-        if op.origin is not None and op.pairing != "unpaired":
-            last[op.origin.module] = op
-            count[op.origin.module] = count.get(op.origin.module, 0) + 1
-    modules = [ModuleError(module=m or "(model)", where=op.origin.where if op.origin else None, ops=count[m],
-                           snr_db=op.snr_db) for m, op in last.items()]
-    return sorted(modules, key=lambda m: math.inf if m.snr_db is None else m.snr_db)
-
-
 def graph_feeds(path: Path, inputs: list[Any]) -> dict[str, np.ndarray]:
     """The model's input tensors by the graph's input names (initializers are not inputs)."""
-    import onnx
 
-    graph = onnx.load(str(path), load_external_data=False).graph
+    graph = onnx_graph(path)
     initializers = {i.name for i in graph.initializer}
     names = [i.name for i in graph.input if i.name not in initializers]
     if len(names) != len(inputs):
