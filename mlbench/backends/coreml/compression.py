@@ -15,7 +15,7 @@ from mlbench.backends.apple.coremltools_messages import coremltools_captured, sh
 from mlbench.backends.coreml.deployment import ExportError, InvalidExportOptions
 from mlbench.localization import OpOrigin
 
-__all__ = ["compress", "excluded_ops"]
+__all__ = ["compress", "excluded_ops", "with_shared_weights"]
 
 
 def compress(ct: Any, mlmodel: Any, optimization: dict, sink: list[str],
@@ -35,9 +35,11 @@ def compress(ct: Any, mlmodel: Any, optimization: dict, sink: list[str],
                 mlmodel = quantize_activations(ct, mlmodel, calibration or [], optimization.get("weights", True))
             elif optimization["kind"] == "chain":
                 for i, step in enumerate(optimization["steps"]):
-                    mlmodel = _compress(ct, mlmodel, step, joint=i > 0, skip=excluded_ops(step, origins or {}))
+                    skip = with_shared_weights(mlmodel.get_spec(), excluded_ops(step, origins or {}), sink)
+                    mlmodel = _compress(ct, mlmodel, step, joint=i > 0, skip=skip)
             else:
-                mlmodel = _compress(ct, mlmodel, optimization, skip=excluded_ops(optimization, origins or {}))
+                skip = with_shared_weights(mlmodel.get_spec(), excluded_ops(optimization, origins or {}), sink)
+                mlmodel = _compress(ct, mlmodel, optimization, skip=skip)
     except InvalidExportOptions:
         raise
     except Exception as exc:  # noqa: BLE001 - any coremltools failure becomes one line
@@ -72,6 +74,34 @@ def excluded_ops(optimization: dict, origins: dict[str, OpOrigin]) -> list[str]:
             raise InvalidExportOptions(f"{optimization['kind']} exclude '{entry}' names no module of the model "
                                        f"(modules: {', '.join(modules[:8])}{' ...' if len(modules) > 8 else ''})")
         chosen += [n for n in names if n not in chosen]
+    return chosen
+
+
+def with_shared_weights(spec: Any, names: list[str], sink: list[str]) -> list[str]:
+    """``names`` and every other op reading a weight one of them reads (tied weights, e.g. an embedding and
+    the output layer): coremltools refuses to compress a constant for one reader and not another."""
+    if not names:
+        return names
+    readers: dict[str, list[str]] = {}  # constant -> the ops reading it
+    constants: set[str] = set()
+    ops = [op for function in spec.mlProgram.functions.values()
+           for block in function.block_specializations.values() for op in block.operations]
+    for op in ops:
+        if op.type == "const":
+            constants.update(o.name for o in op.outputs)
+    for op in ops:
+        name = op.attributes["name"].immediateValue.tensor.strings.values[0] if "name" in op.attributes else ""
+        for argument in op.inputs.values():
+            for binding in argument.arguments:
+                if binding.WhichOneof("binding") == "name" and binding.name in constants:
+                    readers.setdefault(binding.name, []).append(name)
+    chosen = list(names)
+    for constant, ops_reading in readers.items():
+        if any(n in names for n in ops_reading):
+            added = [n for n in ops_reading if n and n not in chosen]
+            if added:
+                sink.append(f"exclude also leaves {', '.join(added)} uncompressed: they share the weight {constant}")
+                chosen += added
     return chosen
 
 

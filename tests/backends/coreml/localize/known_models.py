@@ -114,3 +114,16 @@ class FourValued(nn.Module):
 def four_valued() -> FourValued:
     """The factory a pipeline names (`known_models.py:four_valued`)."""
     return FourValued()
+
+
+class Tied(nn.Module):
+    """An embedding and an output layer sharing one weight (as GPT-2's wte and lm_head do)."""
+
+    def __init__(self, vocab: int = 64, width: int = 64) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab, width)
+        self.out = nn.Linear(width, vocab, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.embed(ids)))

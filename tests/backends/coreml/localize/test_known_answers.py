@@ -13,6 +13,7 @@ from tests.backends.coreml.localize.known_models import (  # noqa: E402
     Chain,
     Overflowing,
     Stack,
+    Tied,
     flip_one_sign,
     line_of,
 )
@@ -117,3 +118,15 @@ def test_excluding_a_module_the_model_lacks_says_which_it_has(tmp_path):
                        r"\(modules: layers\.0, layers\.1\)$"):
         _export(Chain(depth=2), tmp_path, "bad", optimization={"kind": "palettize", "nbits": 4,
                                                                  "exclude": ["layers.9"]})
+
+
+def test_excluding_one_reader_of_a_tied_weight_leaves_the_other_uncompressed_too(tmp_path):
+    from mlbench.backends.coreml.emulate import load_program
+    from mlbench.backends.coreml.export import export_coreml
+
+    torch.manual_seed(5)
+    ids = torch.randint(0, 64, (1, 8), dtype=torch.int32)
+    result = export_coreml(Tied().eval(), [ids], ["ids"], precision="float16", deployment_target=None,
+                           optimization={"kind": "palettize", "nbits": 4, "exclude": ["out"]}, dest=tmp_path / "tied")
+    assert not [op for op in load_program(result.artifact).main.ops if op.type.startswith("constexpr_")]
+    assert any(w.startswith("exclude also leaves") and "share the weight" in w for w in result.warnings)
