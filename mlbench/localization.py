@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 JUMP_DB = 6.0
 """An op "jumps" when it loses at least this many dB of SNR over its inputs ..."""
-JUMP_NEAR_OUTPUT_DB = 6.0
+JUMP_NEAR_OUTPUT_DB = 10.0
 """... and its own SNR is within this many dB of the final output's (its error already matters there)."""
 EXACT_DB = 300.0
 """The SNR an exact input counts as when an op's growth is taken (beyond any float's resolution)."""

@@ -114,8 +114,11 @@ def _advice_lines(found: ErrorLocalization) -> list[str]:
     expected = (f" ≈{_db(advice.expected_snr_db)} dB expected (estimated from the shares; floor "
                 f"{advice.min_snr_db:g} dB){kept}" if advice.expected_snr_db is not None else kept)
     block = yaml.safe_dump({"optimizations": advice.override}, sort_keys=False, default_flow_style=None).rstrip()
-    return [f"**Advice:** leave {', '.join(md_code(m) for m in advice.exclude)} uncompressed:{expected}. "
-            f"{md_cell(advice.reason)}.", "", "```yaml", *block.splitlines(), "```", "",
+    entries = {e for recipe in advice.override.values() for e in recipe.get("exclude", [])}
+    by_ops = ("" if set(advice.exclude) <= entries else
+              " (`exclude` names the ops of a module whose path would also take the modules under it)")
+    return [f"**Advice:** leave {', '.join(md_code(m or '(model)') for m in advice.exclude)} uncompressed:{expected}. "
+            f"{md_cell(advice.reason)}{by_ops}.", "", "```yaml", *block.splitlines(), "```", "",
             f"Add `{advice.advised_recipe}` to the target's `optimize:` (or write the pipeline with "
             f"`mlbench explain REPORT VARIANT --write-pipeline FILE`) and run it: the report shows both.", ""]
 

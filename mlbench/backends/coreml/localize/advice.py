@@ -20,9 +20,12 @@ ADVICE_MARGIN_DB = 6.0
 _EXCLUDABLE = ("palettize", "linear_quantize", "prune")
 
 
-def advise(found: ErrorLocalization, savings: dict[str, int], recipe_name: str, recipe: dict | None,
-           min_snr_db: float | None) -> LayerAdvice | None:
-    """The advice for a compressed variant, or None when there is no recipe to advise on."""
+def advise(found: ErrorLocalization, weights: dict[str, dict[str, int]], recipe_name: str, recipe: dict | None,
+           min_snr_db: float | None, readers: dict[str, list[str]] | None = None) -> LayerAdvice | None:
+    """The advice for a compressed variant, or None when there is no recipe to advise on. ``weights``: per
+    module, the bytes each of its compressed weights saves (``weights.module_savings``)."""
+    from mlbench.backends.coreml.localize.weights import saved_bytes
+
     if recipe is None or min_snr_db is None:
         return None
     advised = f"{recipe_name}_advised"
@@ -30,11 +33,12 @@ def advise(found: ErrorLocalization, savings: dict[str, int], recipe_name: str, 
         return LayerAdvice(recipe=recipe_name, advised_recipe=advised, exclude=[], override={},
                            min_snr_db=min_snr_db, reason=f"a {recipe.get('kind')} recipe takes no per-module "
                            "exclusion; give each step's recipe its own exclude")
-    total = sum(savings.values())
+    savings = {module: saved_bytes(weights, [module]) for module in weights}
+    total = saved_bytes(weights)
     snr = found.output_snr_db
     target = min_snr_db + ADVICE_MARGIN_DB
-    measured = [m for m in found.modules if m.share is not None and savings.get(m.module, 0) > 0]
-    measured.sort(key=lambda m: -(m.share or 0.0) / savings[m.module])
+    measured = [m for m in found.modules if m.share is not None and savings.get(_plain(m.module), 0) > 0]
+    measured.sort(key=lambda m: -(m.share or 0.0) / savings[_plain(m.module)])
     exclude: list[str] = []
     removed_share = 0.0
     given_up = 0
@@ -42,14 +46,15 @@ def advise(found: ErrorLocalization, savings: dict[str, int], recipe_name: str, 
     for module in measured:
         if expected is not None and expected >= target:
             break
-        if total and (given_up + savings[module.module]) > total / 2:
+        if total and saved_bytes(weights, [*exclude, _plain(module.module)]) > total / 2:
             break
-        exclude.append(module.module)
+        exclude.append(_plain(module.module))
         removed_share += module.share or 0.0
-        given_up += savings[module.module]
+        given_up = saved_bytes(weights, exclude)
         expected = _expected(snr, removed_share)
+    entries = [entry for module in exclude for entry in _entries(module, weights, readers or {})]
     override = {**{k: v for k, v in recipe.items() if k != "exclude"},
-                "exclude": sorted(set(recipe.get("exclude", [])) | set(exclude))}
+                "exclude": sorted(set(recipe.get("exclude", [])) | set(entries))}
     kept = (1 - given_up / total) if total else None
     if not exclude:
         reason = (f"the output's SNR {snr:.1f} dB already clears the floor {min_snr_db:g} dB by {ADVICE_MARGIN_DB:g} dB"
@@ -61,6 +66,18 @@ def advise(found: ErrorLocalization, savings: dict[str, int], recipe_name: str, 
     return LayerAdvice(recipe=recipe_name, advised_recipe=advised, exclude=exclude,
                        override={advised: override} if exclude else {}, expected_snr_db=expected if exclude else snr,
                        min_snr_db=min_snr_db, kept_saving=kept, reason=reason)
+
+
+def _plain(module: str) -> str:
+    return "" if module == "(model)" else module
+
+
+def _entries(module: str, weights: dict[str, dict[str, int]], readers: dict[str, list[str]]) -> list[str]:
+    """What `exclude` names for ``module``: its path, unless the path would also take modules under it (or it
+    is the model itself): then its own ops' names."""
+    plain = _plain(module)
+    wider = plain == "" or any(other.startswith(plain + ".") for other in weights)
+    return list(readers.get(plain, [])) if wider else [plain]
 
 
 def _expected(snr: float | None, removed_share: float) -> float | None:

@@ -22,11 +22,11 @@ from mlbench.backends.coreml.emulate import Emulator
 
 __all__ = ["Pair", "Pairing", "pair_programs", "plain_name"]
 
-_CAST_SUFFIX = re.compile(r"_cast_fp(16|32)")
+_CAST_SUFFIX = re.compile(r"_cast_(fp16|fp32|u?int(8|16|32))|_to_(fp16|fp32|u?int(8|16|32))$")
 
 
 def plain_name(name: str) -> str:
-    """The name without the suffixes coremltools' float16 pass adds."""
+    """The name without the suffixes coremltools' passes add (float16 casts, iOS18's 16-bit index casts)."""
     return _CAST_SUFFIX.sub("", name)
 
 

@@ -33,7 +33,7 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant, *,
     from mlbench.backends.coreml.emulate import Emulator, load_program
     from mlbench.backends.coreml.emulated_verify import package_feeds
     from mlbench.backends.coreml.localize.advice import advise
-    from mlbench.backends.coreml.localize.weights import module_savings
+    from mlbench.backends.coreml.localize.weights import module_savings, saved_bytes, weight_readers
     from mlbench.backends.coreml.origins import package_origins
     from mlbench.backends.coreml.target import recipe_dict
 
@@ -45,7 +45,8 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant, *,
     feeds = [package_feeds(model, inputs) for inputs in samples]
     origins = package_origins(package)
     program = load_program(package)
-    savings = module_savings(program, origins)
+    weights = module_savings(program, origins)
+    savings = {module: saved_bytes(weights, [module]) for module in weights}
     options = options or LocalizeOptions()
     options.modules = sorted(savings, key=lambda m: -savings[m])[: options.budget]
     variant_emulator = Emulator(program)
@@ -60,12 +61,12 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant, *,
                                   variant_id=variant.id, backend="coreml",
                                   reference_label=f"{reference.id} (float32, uncompressed), emulated", options=options)
     for module in found.modules:
-        module.weight_bytes_saved = savings.get(module.module)
+        module.weight_bytes_saved = savings.get("" if module.module == "(model)" else module.module)
     recipe_name = variant.axis("optimize") if "optimize" in dict(variant.axes) else NO_OPTIMIZATION
     if recipe_name != NO_OPTIMIZATION:
         recipe = recipe_dict(backend.config.optimizations.get(recipe_name), backend.config.optimizations)
         floor = backend.config.verify.min_snr_db_for(variant.axis("precision"), recipe_name)
-        found.advice = advise(found, savings, recipe_name, recipe, floor)
+        found.advice = advise(found, weights, recipe_name, recipe, floor, weight_readers(program, origins))
     if eager and model.has_source:
         found.eager = _eager(variant_emulator, model, samples[0], feeds[0], origins)
     found.seconds = time.perf_counter() - started
