@@ -36,6 +36,8 @@ Pairing = Literal["input", "name", "structure", "cast", "unpaired"]
 class OpOrigin(BaseModel):
     """The PyTorch code an op was converted from."""
 
+    model_config = ConfigDict(ser_json_inf_nan="strings")
+
     module: str = Field(description="Module path in the model (`encoder.layer.3.attention`); '' for the model itself.")
     module_type: str | None = Field(default=None, description="The module's class, qualified where known.")
     op: str = Field(description="The torch op it came from (`softmax`, `linear`).")
@@ -120,6 +122,8 @@ class EagerModule(BaseModel):
 
 class LayerAdvice(BaseModel):
     """Which modules to leave uncompressed, and what that should buy."""
+
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     recipe: str = Field(description="Name of the variant's recipe.")
     advised_recipe: str = Field(description="Name the advised recipe takes.")
