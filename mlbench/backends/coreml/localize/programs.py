@@ -9,6 +9,7 @@ Three kinds of run, on the same seeded inputs:
 3. the reference program with one op's (or one module's ops') outputs computed as the variant computes
    them, everything else as the reference: that op's share of the final output's error energy. One such
    run per op or module: the `budget` bounds them, the ops and modules with the largest local error first.
+   An input the reference has no counterpart for takes the variant's own value from run 1.
 """
 
 from __future__ import annotations
@@ -57,12 +58,21 @@ class _Run:
         self.variant, self.reference, self.pairing = variant, reference, pairing
         self.by_ref_output = {r: pair for pair in pairing.pairs if pair.how in ("name", "structure")
                               for _v, r in pair.outputs if r is not None}
+        self.unpaired_inputs = {name for pair in pairing.pairs if pair.how in ("name", "structure")
+                                for name in pair.inputs if name not in pairing.values}
+        self.own: dict[str, Any] = {}  # the current sample's values of those, from the variant's own run
+        self.samples_own: list[dict[str, Any]] = []
 
     def as_variant(self, pair: Pair, env: dict[str, Any]) -> list[Any] | None:
-        """The variant op on the reference's values (stored in the variant's dtypes), or None if it cannot."""
+        """The variant op on the reference's values (stored in the variant's dtypes), or None if it cannot.
+        An input without a reference counterpart (an index chain the variant computes its own way) takes the
+        variant's own value."""
         local: dict[str, Any] = {}
         for name in pair.inputs:
             ref_name = self.pairing.values.get(name)
+            if ref_name is None and name in self.own:
+                local[name] = self.own[name]
+                continue
             if ref_name is None or ref_name not in env:
                 return None
             info = self.variant.types.get(name)
@@ -114,9 +124,12 @@ def localize_programs(variant: Emulator, reference: Emulator, feeds: list[dict[s
     local: dict[str, ErrorSum] = {}
     output_sums = [ErrorSum() for _ in variant.program.main.outputs]
     reference_outputs: list[list[np.ndarray | None]] = []
+    own: list[dict[str, Any]] = []  # per sample: the variant's values of inputs the reference lacks
     for sample in feeds:
-        env_r = runner.run(sample, set(), local)
         env_v = variant.run_observed(sample, lambda *_: None)
+        own.append({name: env_v[name] for name in runner.unpaired_inputs if name in env_v})
+        runner.own = own[-1]
+        env_r = runner.run(sample, set(), local)
         for pair in pairing.pairs:
             for variant_name, ref_name in pair.outputs:
                 a, r = _array(env_v.get(variant_name)), _array(env_r.get(ref_name)) if ref_name else None
@@ -134,6 +147,7 @@ def localize_programs(variant: Emulator, reference: Emulator, feeds: list[dict[s
     total_noise = sum(s.noise for s in output_sums)
     finite = all(s.finite for s in output_sums)
     notes: list[str] = []
+    runner.samples_own = own
     _measure_shares(runner, feeds, reference_outputs, ops, pairing, local, origins, total_noise, finite, options)
     modules = _module_shares(runner, feeds, reference_outputs, ops, pairing, local, origins, total_noise, finite,
                              options)
@@ -177,7 +191,8 @@ def _op_errors(pairing: Pairing, accumulated: dict[str, ErrorSum], origins: dict
 def _injected_share(runner: _Run, feeds: list[dict], reference_outputs: list, replace: set[int],
                     total_noise: float, finite: bool) -> float | None:
     noise = 0.0
-    for sample, ref_out in zip(feeds, reference_outputs):
+    for index, (sample, ref_out) in enumerate(zip(feeds, reference_outputs)):
+        runner.own = runner.samples_own[index] if index < len(runner.samples_own) else {}
         env = runner.run(sample, replace)
         for a, r in zip(_outputs(runner.reference, env), ref_out):
             if a is None or r is None or a.size != r.size:
