@@ -284,6 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mlbench.cli.plan import register as register_plan
 
     register_plan(sub)
+    from mlbench.cli.explain import register as register_explain
+
+    register_explain(sub)
 
     p = add_command(sub, "run", "export, measure and report every variant",
                     "Exports each artifact once (cached by content), measures every variant one at a time,\n"

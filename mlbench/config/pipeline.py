@@ -95,6 +95,12 @@ class VerifySettings(StrictModel):
         f"have its own entry; a recipe without one gets {RECIPE_MIN_SNR_DB:g} dB (or its precision's, if lower).",
     )
 
+    localize_within: float | None = Field(
+        default=2.0, ge=1.0,
+        description="Localize the error (per op and module, against the float32 program; `mlbench explain`) of every "
+        "variant that failed verification or passed within this factor of its limits (max_rel at least tolerance / "
+        "factor, or SNR within 20·log10(factor) dB of the floor), where its backend can; null: only when asked.")
+
     def tolerance_for(self, precision: str, optimization: str | None = None) -> float:
         """The recipe's tolerance if given, else the precision's (the pipeline's, else mlbench's default)."""
         if optimization is not None and optimization in self.tolerance:

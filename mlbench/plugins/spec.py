@@ -125,6 +125,11 @@ class BackendSpec:
     """"module:register(subparsers)" functions adding this backend's own subcommands (e.g. `calibrate`)."""
     order: int = 100
     """Position in the schema and in listings (built-ins first)."""
+    localize: str | None = None
+    """"module:function(backend, model, variant) -> mlbench.localization.ErrorLocalization": where a variant
+    loses accuracy, op by op (`mlbench explain`); None when this backend's runtime cannot expose intermediates."""
+    localize_missing: str = "mlbench does not localize this backend's error yet (docs/accuracy.md)"
+    """Why `localize` is None, in a few words."""
     requires: tuple[tuple[str, str], ...] = ()
     """(import name, distribution) pairs without which none of its variants can run: a run whose every variant
     lacks one stops before starting, naming `extra` (`mlbench.run.preflight`)."""

@@ -31,9 +31,11 @@ def as_dict(recipe: Any) -> dict[str, Any] | None:
     """A recipe entry (a registered backend's pydantic model, or a dict) as a plain dict, unset keys left out."""
     if recipe is None:
         return None
-    if hasattr(recipe, "model_dump"):
-        return recipe.model_dump(exclude_none=True)
-    return {k: v for k, v in dict(recipe).items() if v is not None}
+    data = recipe.model_dump(exclude_none=True) if hasattr(recipe, "model_dump") else {
+        k: v for k, v in dict(recipe).items() if v is not None}
+    if not data.get("exclude"):  # Core ML's per-module exclusion, unset: the recipe (and key) as before it
+        data.pop("exclude", None)
+    return data
 
 
 def resolve(name: str, recipes: dict[str, Any]) -> dict[str, Any] | None:
@@ -47,6 +49,8 @@ def resolve(name: str, recipes: dict[str, Any]) -> dict[str, Any] | None:
 def unsupported(recipe: dict[str, Any]) -> str | None:
     """Why coreai-opt cannot apply `recipe` (resolved), in a few words; None when it can."""
     kind = recipe.get("kind")
+    if recipe.get("exclude") or any(step.get("exclude") for step in recipe.get("steps", []) if isinstance(step, dict)):
+        return "exclude (modules left uncompressed) is applied by Core ML's exporter only, not yet by coreai-opt"
     if kind == "palettize":
         if recipe.get("mode", "kmeans") != "kmeans":
             return "coreai-opt palettizes by k-means only (mode: uniform has no Core AI pass)"

@@ -26,6 +26,7 @@ from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
+from mlbench.backends.localize_hook import localize_if_close
 from mlbench.machine import package_version
 from mlbench.records import Metric
 
@@ -37,6 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["CoremlArtifact", "CoremlBackend", "artifact_key_inputs", "placement_for", "static_metrics"]
 
 NOT_MACOS = "Core ML runs only on macOS; this machine runs {system}"
+PACKAGE_LAYOUT = 2
+"""What an mlbench package holds beyond the program; bump when it changes (it is part of the cache key).
+2: each op's PyTorch module and source line in the metadata (``origins``)."""
 
 
 def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None, deployment_target: str) -> dict:
@@ -44,6 +48,7 @@ def artifact_key_inputs(model: LoadedModel, precision: str, recipe: dict | None,
     return {
         "backend": "coreml",
         "format": "mlprogram",
+        "layout": PACKAGE_LAYOUT,
         "model_digest": model.digest,
         "inputs": [i.export_signature() for i in model.spec.inputs],
         "options": {"precision": precision, "optimization": recipe, "deployment_target": deployment_target},
@@ -183,6 +188,7 @@ class CoremlBackend(Backend):
                 metrics[name] = Metric.absent(unit, reason)
             # the emulated verification is the headline here: the program is checked on any OS
             metrics.update(verification_metrics(emulated, why_not and f"{why_not}; {reason}"))
+            details.update(self._localize(model, variant, emulated))
             return Measurement(metrics=metrics, placement=placement, verify=emulated, details=details)
         from pathlib import Path
 
@@ -203,7 +209,14 @@ class CoremlBackend(Backend):
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
         if emulated is not None:
             result.details["verify_emulated"] = emulated.model_dump(mode="json")
+        result.details.update(self._localize(model, variant, result.verify or emulated))
         return result
+
+    def _localize(self, model: LoadedModel, variant: Variant, verification: Any) -> dict[str, Any]:
+        from mlbench.backends.coreml.localize.variant import localize_variant
+
+        return localize_if_close(self, model, variant, verification, localize_variant,
+                                 existing=self.target.package is not None)
 
     def _estimates(self, artifact: CoremlArtifact, placement: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""

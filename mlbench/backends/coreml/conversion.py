@@ -22,7 +22,16 @@ from mlbench.backends.apple.coremltools_messages import (
 )
 from mlbench.backends.coreml.deployment import ExportError, InvalidExportOptions
 from mlbench.backends.coreml.input_types import input_types, needs_input_types
+from mlbench.backends.coreml.origins import (
+    ORIGINS_KEY,
+    encode_origins,
+    export_origins,
+    mark_export_nodes,
+    program_origins,
+    trace_node_origins,
+)
 from mlbench.backends.flexible import dynamic_shapes
+from mlbench.backends.source_frames import wrapper_prefix
 from mlbench.errors import one_line
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -145,9 +154,11 @@ def _convert_traced(ct, module, example_inputs, input_names, convert_kwargs, sin
     inputs = input_types(ct, input_names, example_inputs, items)
     try:
         with coremltools_captured(sink):
-            return ct.convert(traced, inputs=inputs, **convert_kwargs)
+            mlmodel = ct.convert(traced, inputs=inputs, **convert_kwargs)
     except Exception as exc:  # coremltools raises many types: each becomes the variant's one line
         raise _conversion_failure("converting the trace failed", exc, sink) from exc
+    _keep_origins(mlmodel, lambda: program_origins(mlmodel, trace_node_origins(traced, module)), sink)
+    return mlmodel
 
 
 def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, sink, items=None) -> Any:
@@ -159,15 +170,29 @@ def _convert_exported(ct, module, example_inputs, input_names, convert_kwargs, s
                                           dynamic_shapes=dynamic_shapes(items, module)).run_decompositions({})
     except Exception as exc:  # torch.export raises many types: each becomes the variant's one line
         raise _PathFailed("torch.export failed", shorten_coremltools_message(exc)) from exc
+    by_handle = mark_export_nodes(program, wrapper_prefix(module))
     try:
         with coremltools_captured(sink):
             # coremltools takes the inputs (names, shapes, dtypes) from the ExportedProgram; given ones
             # (flexible shapes, images) must agree with it
             given = input_types(ct, input_names, example_inputs, items) if needs_input_types(items) else None
             mlmodel = ct.convert(program, inputs=given, **convert_kwargs) if given else ct.convert(program, **convert_kwargs)
+            _keep_origins(mlmodel, lambda: export_origins(mlmodel, by_handle), sink)
             return _rename_inputs(ct, mlmodel, input_names)
     except Exception as exc:  # coremltools raises many types: each becomes the variant's one line
         raise _conversion_failure("converting the exported program failed", exc, sink) from exc
+
+
+def _keep_origins(mlmodel: Any, collect: Any, sink: list[str]) -> None:
+    """Store each op's module and source line in the package's metadata (``origins``): the saved program
+    keeps no scope. A failure to read them costs the names in error reports, never the export."""
+    try:
+        origins = collect()
+    except Exception as exc:  # noqa: BLE001 - coremltools' scopes are internal: never fail the export for them
+        sink.append(f"op origins not recorded: {shorten_coremltools_message(exc)}")
+        return
+    if origins:
+        mlmodel.user_defined_metadata[ORIGINS_KEY] = encode_origins(origins)
 
 
 def _rename_inputs(ct: Any, mlmodel: Any, input_names: list[str]) -> Any:

@@ -119,9 +119,12 @@ def validate_optimization(optimization: dict | None) -> None:
         extra = sorted(set(optimization) - allowed - {"kind"})
         if extra:
             raise InvalidExportOptions(f"{kind}: unknown key(s) {', '.join(extra)}")
+        exclude = optimization.get("exclude", [])
+        if not isinstance(exclude, list) or not all(isinstance(e, str) and e for e in exclude):
+            raise InvalidExportOptions(f"{kind}: exclude must list module paths or op names, not {exclude!r}")
 
     if kind == "palettize":
-        unknown_keys({"nbits", "mode", "granularity", "group_size"})
+        unknown_keys({"nbits", "mode", "granularity", "group_size", "exclude"})
         if optimization.get("nbits") not in _PALETTIZE_NBITS:
             raise bad("nbits", _PALETTIZE_NBITS)
         if optimization.get("mode", "kmeans") not in _PALETTIZE_MODES:
@@ -138,7 +141,7 @@ def validate_optimization(optimization: dict | None) -> None:
         elif group_size is not None:
             raise InvalidExportOptions("palettize: group_size is only allowed with per_grouped_channel")
     elif kind == "linear_quantize":
-        unknown_keys({"dtype", "mode", "granularity", "block_size"})
+        unknown_keys({"dtype", "mode", "granularity", "block_size", "exclude"})
         if optimization.get("dtype", "int8") not in _QUANT_DTYPES:
             raise bad("dtype", _QUANT_DTYPES)
         if optimization.get("mode", "linear_symmetric") not in _QUANT_MODES:
@@ -160,7 +163,7 @@ def validate_optimization(optimization: dict | None) -> None:
                                            f"{step.get('kind') if isinstance(step, dict) else step!r}")
             validate_optimization(step)
     elif kind == "prune":
-        unknown_keys({"target_sparsity"})
+        unknown_keys({"target_sparsity", "exclude"})
         sparsity = optimization.get("target_sparsity")
         if (
             not isinstance(sparsity, (int, float))

@@ -37,6 +37,7 @@ from mlbench.backends.coreml.conversion import (
     convert_options,
 )
 from mlbench.backends.coreml.deployment import ExportError, check_deployment_target
+from mlbench.backends.coreml.origins import ORIGINS_KEY, decode_origins
 from mlbench.backends.coreml.torch_ops import register_extra_torch_ops
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,7 +101,10 @@ def export_coreml(
         ct, module.eval(), example_inputs, input_names, convert_kwargs, sink, inputs
     )
     if optimization is not None:
-        mlmodel = compress(ct, mlmodel, optimization, sink, calibration)
+        origins = mlmodel.user_defined_metadata.get(ORIGINS_KEY)
+        mlmodel = compress(ct, mlmodel, optimization, sink, calibration, decode_origins(origins))
+        if origins and ORIGINS_KEY not in mlmodel.user_defined_metadata:  # compressed ops keep their names
+            mlmodel.user_defined_metadata[ORIGINS_KEY] = origins
 
     metadata = {
         "precision": precision,

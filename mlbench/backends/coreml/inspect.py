@@ -20,12 +20,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="Core ML: run the program in mlbench's interpreter on seeded inputs and summarise "
                         "its outputs (any OS)")
     parser.add_argument("--seed", type=int, default=0, metavar="N", help="seed of the --verify inputs (default 0)")
+    parser.add_argument("--against", metavar="REFERENCE",
+                        help="Core ML: where PATH loses accuracy against REFERENCE (the same model's float32 package "
+                        "without compression), op by op, on seeded inputs, in mlbench's interpreter (any OS)")
 
 
 def run(args: argparse.Namespace) -> int:
     from mlbench.backends.apple.analysis import analyse_package
     from mlbench.backends.coreml.program_report import render_program_markdown
 
+    if getattr(args, "against", None):
+        from mlbench.backends.coreml.localize.inspect_against import inspect_against
+
+        return inspect_against(Path(args.path), Path(args.against), args.seed, as_json=args.json)
     analysis = analyse_package(args.path)
     placement = None
     if args.compute_units:
@@ -58,22 +65,12 @@ def emulated_outputs(path: Path, seed: int) -> dict[str, Any]:
     each output (shape, dtype, range, mean, NaN/inf counts). An op it lacks is one line, not a traceback."""
     import numpy as np
 
-    from mlbench.backends.coreml.emulate import EMULATION_NOTE, UnsupportedOps, emulate, load_program
+    from mlbench.backends.coreml.emulate import EMULATION_NOTE, UnsupportedOps, emulate
+    from mlbench.backends.coreml.seeded_inputs import readable_program, seeded_feeds
     from mlbench.errors import UserError
 
-    try:
-        program = load_program(path)
-    except Exception as exc:  # noqa: BLE001 - a package the interpreter cannot read is the user's to know
-        raise UserError(f"the interpreter cannot read this package: {exc}", file=path) from None
-    generator = np.random.default_rng(seed)
-    feeds: dict[str, np.ndarray] = {}
-    for name, info in program.inputs:
-        if info.shape is None or None in info.shape:
-            raise UserError(f"input '{name}' has a flexible shape; --verify needs fixed shapes", file=path)
-        shape = tuple(int(d) for d in info.shape if d is not None)
-        dtype = {"fp32": np.float32, "fp16": np.float16, "fp64": np.float64}.get(info.dtype or "")
-        feeds[name] = (generator.standard_normal(shape).astype(dtype) if dtype is not None
-                       else generator.integers(0, 10, size=shape).astype(np.int32))
+    program = readable_program(path)
+    feeds = seeded_feeds(program, seed, path)
     try:
         result = emulate(program, feeds)
     except UnsupportedOps as exc:

@@ -33,5 +33,6 @@ SPEC = BackendSpec(
     rules="mlbench.backends.apple.compression_rules:apple_rule_table",
     commands=("mlbench.backends.coreml.calibrate_command:register",),
     deployment=APPLE_DEVICES,
+    localize="mlbench.backends.coreml.localize.variant:localize_variant",
     order=1,
 )

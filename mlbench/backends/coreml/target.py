@@ -37,6 +37,9 @@ class PalettizeRecipe(StrictModel):
         default="per_tensor", description="One table per tensor, or per group of channels (iOS18)."
     )
     group_size: int | None = Field(default=None, ge=1, description="Channels per table with per_grouped_channel.")
+    exclude: list[str] = Field(
+        default_factory=list, description="PyTorch module paths (e.g. encoder.layer.3.attention) whose weights stay "
+        "uncompressed, with every module under them; or Core ML op names. `mlbench explain` advises them.")
 
     @model_validator(mode="after")
     def _group_size_with_groups(self) -> PalettizeRecipe:
@@ -58,6 +61,9 @@ class LinearQuantizeRecipe(StrictModel):
         default="per_channel", description="One scale per tensor, per output channel, or per block of input "
         "channels (per_block needs iOS18).")
     block_size: int | None = Field(default=None, ge=1, description="Input channels per block with per_block.")
+    exclude: list[str] = Field(
+        default_factory=list, description="PyTorch module paths (e.g. encoder.layer.3.attention) whose weights stay "
+        "uncompressed, with every module under them; or Core ML op names. `mlbench explain` advises them.")
 
     @model_validator(mode="after")
     def _block_size_with_blocks(self) -> LinearQuantizeRecipe:
@@ -92,6 +98,9 @@ class PruneRecipe(StrictModel):
 
     kind: Literal["prune"]
     target_sparsity: float = Field(ge=0.0, le=1.0, description="Share of each weight set to zero.")
+    exclude: list[str] = Field(
+        default_factory=list, description="PyTorch module paths (e.g. encoder.layer.3.attention) whose weights stay "
+        "uncompressed, with every module under them; or Core ML op names. `mlbench explain` advises them.")
 
 
 Recipe = Annotated[Union[PalettizeRecipe, LinearQuantizeRecipe, PruneRecipe, ActivationQuantizeRecipe,  # noqa: UP007
@@ -107,6 +116,8 @@ def recipe_dict(recipe: StrictModel | None, recipes: dict[str, Any] | None = Non
     if recipe is None:
         return None
     data = recipe.model_dump(exclude_none=True)
+    if not data.get("exclude"):  # no exclusion: the same recipe (and cache key) as before the field existed
+        data.pop("exclude", None)
     if isinstance(recipe, ChainRecipe):
         data["steps"] = [recipe_dict((recipes or {}).get(step)) or {"kind": step} for step in recipe.steps]
     return data

@@ -202,4 +202,9 @@ class LitertBackend(Backend):
             "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",
                             "ai-edge-litert": getattr(ai_edge_litert, "__version__", package_version("ai-edge-litert"))},
         }
+        from mlbench.backends.litert.localize import localize_variant
+        from mlbench.backends.localize_hook import localize_if_close
+
+        details.update(localize_if_close(self, model, variant, verify, localize_variant,
+                                         existing=False))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)

@@ -23,5 +23,6 @@ SPEC = BackendSpec(
     recipes=LitertQuantizeRecipe,
     metrics=(DELEGATED,),
     deployment=ANDROID,
+    localize="mlbench.backends.litert.localize:localize_variant",
     order=3,
 )

@@ -306,6 +306,11 @@ class OnnxruntimeBackend(Backend):
                         "threads_source": "configured" if self.target.intra_op_threads else "onnxruntime profile",
                         "onnxruntime": ort.__version__},
         }
+        from mlbench.backends.localize_hook import localize_if_close
+        from mlbench.backends.onnxruntime.localize import localize_variant
+
+        details.update(localize_if_close(self, model, variant, verify, localize_variant,
+                                         existing=self.target.file is not None))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
     def _measure_generation(self, ort: Any, model: LoadedModel, exported: Exported, variant: Variant,

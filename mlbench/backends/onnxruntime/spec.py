@@ -13,5 +13,6 @@ SPEC = BackendSpec(
     devices=(GPU, CPU),
     report_sections=("mlbench.backends.onnxruntime.report:render_op_times",),
     deployment=SERVER_CPU,
+    localize="mlbench.backends.onnxruntime.localize:localize_variant",
     order=2,
 )

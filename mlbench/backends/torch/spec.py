@@ -11,5 +11,6 @@ SPEC = BackendSpec(
     requires=(("torch", "torch"),),
     extra="torch",
     deployment=SERVER_CPU,
+    localize_missing="eager PyTorch is the reference every other backend is localized against",
     order=0,
 )

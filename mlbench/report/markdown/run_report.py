@@ -294,8 +294,10 @@ def extra_columns(records: list[RunRecord]) -> list[MetricInfo]:
 
 
 def model_details(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:
-    """What follows the table: placement notes and each backend's sections."""
-    return render_placement_notes(records) + render_backend_sections(records, artifacts)
+    """What follows the table: placement notes, each backend's sections, and where variants lose accuracy."""
+    from mlbench.report.localization import localization_section
+
+    return render_placement_notes(records) + render_backend_sections(records, artifacts) + localization_section(records)
 
 
 def render_backend_sections(records: list[RunRecord], artifacts: dict[str, dict]) -> list[str]:

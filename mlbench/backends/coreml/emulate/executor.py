@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +24,7 @@ from mlbench.backends.coreml.emulate.registry import KERNELS, Kernel
 __all__ = ["EmulationError", "Emulator", "UnsupportedOps", "find_unsupported"]
 
 _MAX_LOOP_ITERATIONS = 1_000_000
+Observer = Callable[["_Step", dict[str, Any], list[Any]], "list[Any] | None"]
 _LITERAL = object()
 
 
@@ -125,7 +127,19 @@ class Emulator:
         return {name: to_numpy(env[name], self.types[name].dtype if name in self.types else None)
                 for name in names if name in env and isinstance(env[name], torch.Tensor)}
 
-    def _run_env(self, inputs: dict[str, np.ndarray], state: EmulatedState | None = None) -> dict[str, Any]:
+    def run_observed(self, inputs: dict[str, np.ndarray], observe: Observer) -> dict[str, Any]:
+        """One call with ``observe(step, env, outputs)`` after each op of the main block: every intermediate
+        stays in the returned env (variable name -> torch value), and an observer that returns a list has it
+        stored instead of the op's outputs (error localization swaps in another program's values here)."""
+        return self._run_env(inputs, observe=observe)
+
+    def run_step(self, step: _Step, env: dict[str, Any]) -> list[Any]:
+        """One op of this program on the values in ``env`` (by this program's variable names), stored as
+        the program stores them."""
+        return self._execute(step, env)
+
+    def _run_env(self, inputs: dict[str, np.ndarray], state: EmulatedState | None = None,
+                 observe: Observer | None = None) -> dict[str, Any]:
         env: dict[str, Any] = dict(self.constants)
         state = state if state is not None else self.make_state()
         for name, _info in self.program.states:
@@ -151,12 +165,14 @@ class Emulator:
                 array = array.astype(np_dtype)
             env[name] = store(from_numpy(array), info.dtype, self.precision)
         with torch.no_grad():
-            self._run_block(self.steps, env)
+            self._run_block(self.steps, env, observe)
         return env
 
-    def _run_block(self, steps: list[_Step], env: dict[str, Any]) -> None:
+    def _run_block(self, steps: list[_Step], env: dict[str, Any], observe: Observer | None = None) -> None:
         for step in steps:
             values = self._execute(step, env)
+            if observe is not None:
+                values = observe(step, env, values) or values
             for (name, _dtype), value in zip(step.outputs, values):
                 env[name] = value
 

@@ -22,7 +22,8 @@ import numpy as np
 
 from mlbench.backends.coreml.emulate.blobs import SUB_BYTE_BITS, BlobFile, CorruptPackage, unpack_bits
 
-__all__ = ["Arg", "Block", "Op", "Program", "TypeInfo", "function_names", "load_program", "normalise_op_type"]
+__all__ = ["Arg", "Block", "Op", "Program", "TypeInfo", "function_names", "load_program", "normalise_op_type",
+           "spec_file"]
 
 # MIL DataType enum (coremltools/proto/MIL_pb2.py) -> name.
 MIL_DTYPES: dict[int, str] = {
@@ -219,7 +220,7 @@ def _load_block(spec_block: Any, reader: _ValueReader) -> Block:
     )
 
 
-def _spec_file(path: Path) -> tuple[Path, Path | None]:
+def spec_file(path: Path) -> tuple[Path, Path | None]:
     """(the spec file, the folder its ``@model_path`` weights are relative to)."""
     if path.is_dir():
         manifest = json.loads((path / "Manifest.json").read_text(encoding="utf-8"))
@@ -240,9 +241,9 @@ def load_program(path: str | Path, function: str | None = None) -> Program:
     import_coremltools()  # quietly: coremltools prints import-time notices on Linux
     from coremltools.proto import Model_pb2  # deferred: importing coremltools is slow
 
-    spec_file, weights_root = _spec_file(path)
+    spec_path, weights_root = spec_file(path)
     spec = Model_pb2.Model()
-    spec.ParseFromString(spec_file.read_bytes())
+    spec.ParseFromString(spec_path.read_bytes())
     return program_from_spec(spec, weights_root, path, function)
 
 
