@@ -139,6 +139,39 @@ class LitertBackend(Backend):
             details["export"].update({"shape": variant.shape, "flexible": PER_SHAPE})
         return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
 
+    @staticmethod
+    def _thread_check(artifact: LitertArtifact, runner: Any, feed: dict, threads: int,
+                      first_ms: float) -> tuple[Any, Any]:
+        """The thread-pool stall check (`mlbench.thread_check`) against a second interpreter with one thread
+        (LiteRT fixes an interpreter's `num_threads`, and XNNPACK's pool with it, when it is created):
+        (check, the one-thread runner when the configured pool is stalled, else None)."""
+        from mlbench.backends.litert.runtime import Runner, interpreter
+        from mlbench.thread_check import check_threads
+
+        if threads <= 1:
+            return None, None
+        one = Runner(interpreter(artifact.path, 1))
+        current = [runner]
+        check = check_threads(lambda: current[0](feed), configured=threads, first_ms=first_ms,
+                              set_threads=lambda n: current.__setitem__(0, one if n == 1 else runner))
+        return check, (one if check is not None and check.stalled else None)
+
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """An interpreter created inside the meter's span (as `measure` creates it), then its first call: what
+        `measure` reads its memory after (before the thread check's second interpreter)."""
+        from mlbench.backends.litert.runtime import Runner, interpreter
+        from mlbench.memory import MemoryRound
+
+        artifact: LitertArtifact = exported.payload
+        alternative = self._alternative(model, variant)
+
+        def load() -> Any:
+            runner = Runner(interpreter(artifact.path, int(variant.axis("threads"))))
+            feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, alternative)[0]])
+            return lambda: runner(feed)
+
+        return MemoryRound(1).one(load)
+
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         from mlbench.backends.litert.runtime import Runner, interpreter
 
@@ -175,10 +208,16 @@ class LitertBackend(Backend):
         feed = runner.feed(inputs(0))
         meter.loaded()
         first_ms, first = time_once(lambda: runner(feed))
+        memory = meter.metrics()  # before the thread check, whose second interpreter is not this load's
+        check, one = self._thread_check(artifact, runner, feed, threads, first_ms)
+        timed = one or runner
         settings = self.config.latency
-        latency = time_calls(lambda: runner(feed), warmup=settings.warmup, repeats=settings.repeats,
-                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
-        memory = meter.metrics()
+        latency = time_calls(lambda: timed(feed), warmup=settings.warmup, repeats=settings.repeats,
+                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
+                             threads=1 if one is not None else threads)
+        if one is not None and check is not None and latency.stability is not None:
+            latency.stability = latency.stability.adjusted(check.adjustment())
+        timed = one = None
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
@@ -197,6 +236,7 @@ class LitertBackend(Backend):
         metrics.update(memory)
         details = {
             "memory": meter.facts(),
+            **({"thread_check": check.details()} if check is not None else {}),
             "tflite_ops": op_counts(ops),
             "op_time": {"absent": NO_OP_TIMES},
             "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",
