@@ -8,7 +8,8 @@ over). Both measurements are kept in the record (`details.remeasured`) and the r
 the one near the history where only one is, else the better graded, else the faster (interference only
 ever adds time). A figure still far from its
 history after a second measurement that disagrees with the first is graded unreliable; one measured
-alike twice is read as a real change (the model or the code changed), and says so.
+alike twice is read as a real change (the model or the code changed) and marked noisy at least, saying so:
+a gate still judges it (a real 400x regression must fail), and a reader sees it was not a plain figure.
 """
 
 from __future__ import annotations
@@ -132,7 +133,9 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str) -
     ratio = _far(value, past)
     if ratio is not None and agree:
         note += f"; measured alike twice, so read as a real change from the history's {past:.3g} ms"
-        change: Callable[[Stability], Stability] = lambda s: s.adjusted(note)  # noqa: E731
+        change: Callable[[Stability], Stability] = lambda s: s.adjusted(note).regraded(  # noqa: E731
+            "noisy", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), measured alike twice: a real "
+            "change, or interference that lasted the run")
     elif ratio is not None:
         change = lambda s: s.adjusted(note).regraded(  # noqa: E731
             "unreliable", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), and the two measurements "
