@@ -23,8 +23,31 @@ from mlbench.sources.loading import LoadedModel, flatten_outputs
 from mlbench.thread_check import check_threads, torch_threads
 from mlbench.timing import time_calls, time_once
 
-EAGER_LOAD = ("eager: the module was built by its model source before the measurement (its weights are size.weights); "
-              "memory.peak counts what its predictions add")
+EAGER_LOAD = ("eager: the module was built by its model source before the measurement (memory.load is its weights' "
+              "bytes); memory.peak counts what its predictions add")
+LOAD_METHOD = ("the bytes of the module's parameters and buffers (each storage once, as cast to the variant's "
+               "precision), not a resident-memory reading: the module is built by its model source before the "
+               "measurement, so no span of this process holds its load alone")
+
+
+def weights_bytes(module: Any) -> int:
+    """The bytes of a module's CPU parameters and buffers, each storage counted once (tied weights share one)."""
+    import itertools
+
+    seen: set[int] = set()
+    total = 0
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        storage = tensor.untyped_storage()
+        if tensor.device.type != "cpu" or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += storage.nbytes()
+    return total
+
+
+def _with_load(memory: dict[str, Metric], module: Any) -> dict[str, Metric]:
+    """`memory.load` as the module's weights' bytes (`LOAD_METHOD`)."""
+    return {**memory, "memory.load": Metric(value=float(weights_bytes(module)), unit="bytes", source="measured")}
 
 
 class TorchBackend(Backend):
@@ -98,12 +121,13 @@ class TorchBackend(Backend):
                                      threads=1 if check is not None and check.stalled else threads)
                 if check is not None and check.stalled and latency.stability is not None:
                     latency.stability = latency.stability.adjusted(check.adjustment())
-            memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
+            memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu" else
                       absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details: dict = {"memory": meter.facts(), **({"thread_check": check.details()} if check is not None else {})}
+        details: dict = {"memory": {**meter.facts(), "load": LOAD_METHOD},
+                         **({"thread_check": check.details()} if check is not None else {})}
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})
@@ -134,8 +158,8 @@ class TorchBackend(Backend):
         if variant.axis("device") != "cpu" or model.spec.generate is not None:
             return None
         with self._settings():
-            return MemoryRound(self.config.latency.warmup + 1, EAGER_LOAD).one(
-                lambda: self._prepare(model, exported, variant))
+            return _with_load(MemoryRound(self.config.latency.warmup + 1, EAGER_LOAD).one(
+                lambda: self._prepare(model, exported, variant)), exported.payload)
 
     def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import torch
