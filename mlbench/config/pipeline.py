@@ -44,8 +44,9 @@ class LatencySettings(StrictModel):
         default=60.0, ge=0, le=3600,
         description="Seconds at the end of a run for measuring suspect figures again: those graded unreliable, and "
         "those 3x or more off the variant's history median on this kind of machine. Both measurements are kept; the "
-        "report uses the one near the history where only one is, else the better graded, else the faster. 0: none is measured again, and a figure far from its "
-        "history is graded unreliable.")
+        "report uses the one near the history where only one is, else the better graded, else the faster; one still "
+        "far from its history is graded unreliable when the two disagree, noisy when they agree. 0: none is measured "
+        "again, and a figure far from its history is graded unreliable.")
 
     @model_validator(mode="after")
     def _repeats_within_max(self) -> LatencySettings:
@@ -63,7 +64,8 @@ class MemorySettings(StrictModel):
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
         "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
         "is the timed one; each other runs in a fresh process, loads again and makes the first call and the "
-        "warmup calls (untimed). Eager PyTorch (CPU) and ONNX Runtime; other backends measure memory once.")
+        "warmup calls (untimed; ExecuTorch and LiteRT: the first call, as their timed round reads it). Eager PyTorch "
+        "(CPU), ONNX Runtime, ExecuTorch and LiteRT; Core ML and Core AI measure memory once.")
 
 
 class LimitSettings(Limits):
