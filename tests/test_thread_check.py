@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from mlbench.thread_check import BURST_DEADLINE_S, MAX_CALL_MS, ThreadCheck, check_threads
+from mlbench.thread_check import BURST_DEADLINE_S, MAX_CALL_MS, ThreadCheck, check_threads, timed_with_check
+from mlbench.timing import time_calls
 from tests.test_stability_reports import busy_loop
 
 
@@ -83,6 +84,40 @@ def test_a_slow_call_is_checked_when_it_waits_and_left_alone_when_it_computes(mo
     assert check_threads(computing, configured=2, first_ms=MAX_CALL_MS + 50,
                          set_threads=computing.set_threads) is None
     assert computing.calls == 1 and computing.counts == []  # one call told them apart, the pool untouched
+
+
+def test_a_pool_that_stalls_after_the_check_is_checked_again_and_timed_with_one_thread():
+    pool = Pool({2: 1.0, 1: 2.0})  # threads help: the first check finds no stall
+    timed: list[int | None] = []
+
+    def time_with(count):
+        if not timed:
+            pool.ms[2] = 30.0  # the stall starts after the check
+        timed.append(count)
+        return time_calls(pool, warmup=0, repeats=5, min_time_s=0, max_repeats=5, threads=count)
+
+    latency, check = timed_with_check(pool, configured=2, first_ms=1.0, set_threads=pool.set_threads,
+                                      time_with=time_with)
+    assert timed == [2, 1] and latency.threads == 1 and latency.median < 10
+    assert check is not None and check.stalled and check.timed_before_ms is not None and check.timed_before_ms >= 30
+    assert latency.stability is not None and latency.stability.adjustments == [check.adjustment()]
+    assert f"in a burst after timed calls that read {check.timed_before_ms:.3g} ms with 2 (the pool stalled" in (
+        check.adjustment())
+    assert check.details()["timed_before_ms"] == round(check.timed_before_ms, 6)
+
+
+def test_a_steady_pool_is_timed_once_with_its_configured_count():
+    pool = Pool({2: 1.0, 1: 2.0})
+    timed: list[int | None] = []
+
+    def time_with(count):
+        timed.append(count)
+        return time_calls(pool, warmup=0, repeats=5, min_time_s=0, max_repeats=5, threads=count)
+
+    latency, check = timed_with_check(pool, configured=2, first_ms=1.0, set_threads=pool.set_threads,
+                                      time_with=time_with)
+    assert timed == [2] and latency.threads == 2 and check is not None and not check.stalled
+    assert latency.stability is not None and latency.stability.adjustments == []
 
 
 MODEL = """\

@@ -179,7 +179,7 @@ class ExecutorchBackend(Backend):
         from mlbench.backends.executorch.profile import build_placement, op_time_table
         from mlbench.backends.executorch.threads import PoolSwitch
         from mlbench.memory import MemoryMeter
-        from mlbench.thread_check import check_threads
+        from mlbench.thread_check import timed_with_check
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -216,20 +216,15 @@ class ExecutorchBackend(Backend):
         details["memory"] = meter.facts()
         switch = PoolSwitch(held, lambda: self._load(artifact))
         configured = switch.configured()
+        settings = self.config.latency
         try:
-            check = check_threads(lambda: held[0].execute(inputs), configured=configured, first_ms=first_ms,
-                                  set_threads=switch)
-            stalled = check is not None and check.stalled
-            if stalled:  # one thread never waits for another
-                switch(1)
-            settings = self.config.latency
-            latency = time_calls(lambda: held[0].execute(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                                 min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                                 threads=1 if stalled else configured)
+            latency, check = timed_with_check(
+                lambda: held[0].execute(inputs), configured=configured, first_ms=first_ms, set_threads=switch,
+                time_with=lambda count: time_calls(lambda: held[0].execute(inputs), warmup=settings.warmup,
+                                                   repeats=settings.repeats, min_time_s=settings.min_time_s,
+                                                   max_repeats=settings.max_repeats, threads=count))
             if check is not None:
                 details["thread_check"] = check.details()
-                if stalled and latency.stability is not None:
-                    latency.stability = latency.stability.adjusted(check.adjustment())
             pairs = [(model.sample(0, alternative)[1], _numpy(first_outputs))]
             for index in range(1, self.config.verify.samples):
                 pairs.append((model.sample(index, alternative)[1],

@@ -139,22 +139,29 @@ class LitertBackend(Backend):
             details["export"].update({"shape": variant.shape, "flexible": PER_SHAPE})
         return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
 
-    @staticmethod
-    def _thread_check(artifact: LitertArtifact, runner: Any, feed: dict, threads: int,
-                      first_ms: float) -> tuple[Any, Any]:
-        """The thread-pool stall check (`mlbench.thread_check`) against a second interpreter with one thread
-        (LiteRT fixes an interpreter's `num_threads`, and XNNPACK's pool with it, when it is created):
-        (check, the one-thread runner when the configured pool is stalled, else None)."""
+    def _timed(self, artifact: LitertArtifact, runner: Any, feed: dict, threads: int,
+               first_ms: float) -> tuple[Any, Any]:
+        """The timed calls around the thread-pool stall check (`mlbench.thread_check`), against a second
+        interpreter with one thread (LiteRT fixes an interpreter's `num_threads`, and XNNPACK's pool with it,
+        when it is created); (latency, check)."""
         from mlbench.backends.litert.runtime import Runner, interpreter
-        from mlbench.thread_check import check_threads
+        from mlbench.thread_check import timed_with_check
+        from mlbench.timing import time_calls
 
-        if threads <= 1:
-            return None, None
-        one = Runner(interpreter(artifact.path, 1))
+        settings = self.config.latency
+        runners = {threads: runner}
         current = [runner]
-        check = check_threads(lambda: current[0](feed), configured=threads, first_ms=first_ms,
-                              set_threads=lambda n: current.__setitem__(0, one if n == 1 else runner))
-        return check, (one if check is not None and check.stalled else None)
+
+        def set_threads(count: int) -> None:
+            if count not in runners:
+                runners[count] = Runner(interpreter(artifact.path, count))
+            current[0] = runners[count]
+
+        return timed_with_check(
+            lambda: current[0](feed), configured=threads, first_ms=first_ms, set_threads=set_threads,
+            time_with=lambda count: time_calls(lambda: current[0](feed), warmup=settings.warmup,
+                                               repeats=settings.repeats, min_time_s=settings.min_time_s,
+                                               max_repeats=settings.max_repeats, threads=count))
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
         """An interpreter created inside the meter's span (as `measure` creates it), then its first call: what
@@ -190,7 +197,7 @@ class LitertBackend(Backend):
             op_counts,
         )
         from mlbench.memory import MemoryMeter
-        from mlbench.timing import time_calls, time_once
+        from mlbench.timing import time_once
         from mlbench.verify import compare_samples
 
         with quiet_native_stderr():
@@ -209,15 +216,7 @@ class LitertBackend(Backend):
         meter.loaded()
         first_ms, first = time_once(lambda: runner(feed))
         memory = meter.metrics()  # before the thread check, whose second interpreter is not this load's
-        check, one = self._thread_check(artifact, runner, feed, threads, first_ms)
-        timed = one or runner
-        settings = self.config.latency
-        latency = time_calls(lambda: timed(feed), warmup=settings.warmup, repeats=settings.repeats,
-                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                             threads=1 if one is not None else threads)
-        if one is not None and check is not None and latency.stability is not None:
-            latency.stability = latency.stability.adjusted(check.adjustment())
-        timed = one = None
+        latency, check = self._timed(artifact, runner, feed, threads, first_ms)
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))

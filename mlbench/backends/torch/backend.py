@@ -20,7 +20,7 @@ from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
-from mlbench.thread_check import check_threads, torch_threads
+from mlbench.thread_check import timed_with_check, torch_threads
 from mlbench.timing import time_calls, time_once
 
 EAGER_LOAD = ("eager: the module was built by its model source before the measurement (memory.load is its weights' "
@@ -113,14 +113,11 @@ class TorchBackend(Backend):
             with self._settings():
                 first_ms, output = time_once(call)
                 threads = torch.get_num_threads() if device == "cpu" else None
-                check = check_threads(call, configured=threads, first_ms=first_ms, set_threads=torch_threads)
-                if check is not None and check.stalled:  # one thread never waits for another
-                    torch_threads(1)
-                latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
-                                     min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                                     threads=1 if check is not None and check.stalled else threads)
-                if check is not None and check.stalled and latency.stability is not None:
-                    latency.stability = latency.stability.adjusted(check.adjustment())
+                latency, check = timed_with_check(  # one thread where the pool stalls: _settings sets it back
+                    call, configured=threads, first_ms=first_ms, set_threads=torch_threads,
+                    time_with=lambda count: time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
+                                                       min_time_s=settings.min_time_s,
+                                                       max_repeats=settings.max_repeats, threads=count))
             memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu" else
                       absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
