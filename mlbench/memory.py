@@ -13,7 +13,8 @@ One round's figures move by whole buffers with the allocator's state (which free
 hands back), within one process as across runs: resnet18's eager peak read 23.6 to 48.7 MB over four identical
 runs, yet rounds repeated in one process mostly agree (the state settles per process). So the run measures
 `memory.rounds` rounds, each in a process of its own: the timed one, then `Backend.memory_round` (a load, its
-first call and the warmup calls, `MemoryRound`) in fresh children (`mlbench/run/memory_rounds.py`). Each
+first call, `MemoryRound`, read as the timed round reads it: after its first call, before the thread-pool check and
+the timed calls, whose other pools would make that round unlike the others) in fresh children (`mlbench/run/memory_rounds.py`). Each
 figure is the rounds' median (`median_of_rounds`), with the rounds' values as its `samples` and their largest
 minus smallest as its `spread`, which widens compare's noise floor (`mlbench/compare/trust.py`).
 
@@ -252,7 +253,7 @@ class MemoryMeter:
             return {"method": None, "reason": NO_PROBE}
         return {"method": self.probe.method, "baseline_bytes": self.baseline, "after_load_bytes": self.after_load,
                 "peak_exact": self.exact,
-                "note": "memory.peak: the predictions' peak (first call, warmup and timed calls) above the level "
+                "note": "memory.peak: the first prediction's peak above the level "
                         "before loading; read outside the timed loop"}
 
 

@@ -63,9 +63,9 @@ class MemorySettings(StrictModel):
         "pipeline gates on memory; 1, the default, keeps one measurement and adds no process): the figure is their "
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
         "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
-        "is the timed one; each other runs in a fresh process, loads again and makes the first call and the "
-        "warmup calls (untimed; ExecuTorch and LiteRT: the first call, as their timed round reads it). Eager PyTorch "
-        "(CPU), ONNX Runtime, ExecuTorch and LiteRT; Core ML and Core AI measure memory once.")
+        "is the timed one (read after its first call); each other runs in a fresh process, loads again and makes "
+        "the first call (untimed). Eager PyTorch (CPU), ONNX Runtime, ExecuTorch and LiteRT; Core ML and Core AI "
+        "measure memory once.")
 
 
 class LimitSettings(Limits):

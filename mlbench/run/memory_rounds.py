@@ -3,8 +3,8 @@
 One round's memory figures move by whole activation buffers with the allocator's state, which settles per
 process: rounds repeated in one process mostly agree, while fresh processes differ (a 2-conv model read 21.6
 and 31.1 MB in identical runs, each run's three in-process rounds within 2.4 MB). So after a group's timed
-measurement, each further round runs in a fresh child (`Backend.memory_round`: a load, its first call and the
-warmup calls, untimed; the rounds at once, after the timed one, so they disturb no timing), and the record keeps the median, each round's figure (`samples`) and their largest
+measurement, each further round runs in a fresh child (`Backend.memory_round`: a load and its first call, as
+the timed round reads them, untimed; the rounds at once, after the timed one, so they disturb no timing), and the record keeps the median, each round's figure (`samples`) and their largest
 minus smallest (`spread`), which compare's noise floor is widened by. A round that fails leaves the figures of
 those that did not, saying so; nothing here fails a variant.
 """

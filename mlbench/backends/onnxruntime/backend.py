@@ -214,8 +214,8 @@ class OnnxruntimeBackend(Backend):
                                  f"(available: {', '.join(available)})")
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
-        """A session loaded inside the meter's span (as `measure` loads it), then its first and warmup calls;
-        a generative model's memory is measured once."""
+        """A session loaded inside the meter's span (as `measure` loads it), then its first call, as `measure`
+        reads it; a generative model's memory is measured once."""
         import onnxruntime as ort
 
         from mlbench.memory import MemoryRound
@@ -231,7 +231,7 @@ class OnnxruntimeBackend(Backend):
             feed = _feed(session, model, 0, model.alternative(variant.shape))
             return lambda: session.run(None, feed)
 
-        return MemoryRound(self.config.latency.warmup + 1).one(load)
+        return MemoryRound(1).one(load)
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         import onnxruntime as ort

@@ -24,7 +24,7 @@ from mlbench.thread_check import timed_with_check, torch_threads
 from mlbench.timing import time_calls, time_once
 
 EAGER_LOAD = ("eager: the module was built by its model source before the measurement (memory.load is its weights' "
-              "bytes); memory.peak counts what its predictions add")
+              "bytes); memory.peak counts what its first prediction adds")
 LOAD_METHOD = ("the bytes of the module's parameters and buffers (each storage once, as cast to the variant's "
                "precision), not a resident-memory reading: the module is built by its model source before the "
                "measurement, so no span of this process holds its load alone")
@@ -112,14 +112,17 @@ class TorchBackend(Backend):
         try:
             with self._settings():
                 first_ms, output = time_once(call)
+                # after the first call, as every memory round reads it: the thread check's pools and the timed
+                # calls would add a round of their own (resnet18: 32 MB after them against 11 MB after one call)
+                memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu"
+                          else absent_memory(f"the {device} device's memory is not read (host memory would not "
+                                             "show it)"))
                 threads = torch.get_num_threads() if device == "cpu" else None
                 latency, check = timed_with_check(  # one thread where the pool stalls: _settings sets it back
                     call, configured=threads, first_ms=first_ms, set_threads=torch_threads,
                     time_with=lambda count: time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                                        min_time_s=settings.min_time_s,
                                                        max_repeats=settings.max_repeats, threads=count))
-            memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu" else
-                      absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
@@ -150,12 +153,12 @@ class TorchBackend(Backend):
                            latency=latency, verify=verify, details=details)
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
-        """The module's inputs prepared inside the meter's span, then its first call and the warmup calls (CPU
+        """The module's inputs prepared inside the meter's span, then its first call, as `measure` reads it (CPU
         only: no other device's memory is read; a generative model's memory is measured once)."""
         if variant.axis("device") != "cpu" or model.spec.generate is not None:
             return None
         with self._settings():
-            return _with_load(MemoryRound(self.config.latency.warmup + 1, EAGER_LOAD).one(
+            return _with_load(MemoryRound(1, EAGER_LOAD).one(
                 lambda: self._prepare(model, exported, variant)), exported.payload)
 
     def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
