@@ -62,10 +62,11 @@ class MemorySettings(StrictModel):
         description="Load-and-predict rounds that memory.load and memory.peak are measured over (3 or more where a "
         "pipeline gates on memory; 1, the default, keeps one measurement and adds no process): the figure is their "
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
-        "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
-        "is the timed one (read after its first call); each other runs in a fresh process, loads again and makes "
-        "the first call (untimed). Eager PyTorch (CPU), ONNX Runtime, ExecuTorch and LiteRT; Core ML and Core AI "
-        "measure memory once.")
+        "moves by whole activation buffers with the allocator's state, which settles per process. With 2 or more, "
+        "each round runs in a fresh process after the timed measurement, loads again and makes the first call "
+        "(untimed); the timed measurement's own figures (its process built the model and ran other work first) "
+        "are kept in details.memory.timed_round. Eager PyTorch (CPU), ONNX Runtime, ExecuTorch and LiteRT; Core "
+        "ML and Core AI measure memory once.")
 
 
 class LimitSettings(Limits):

@@ -112,8 +112,8 @@ class TorchBackend(Backend):
         try:
             with self._settings():
                 first_ms, output = time_once(call)
-                # after the first call, as every memory round reads it: the thread check's pools and the timed
-                # calls would add a round of their own (resnet18: 32 MB after them against 11 MB after one call)
+                # after the first call, as every memory round reads it (the thread check's pools and the timed
+                # calls are not the variant's load)
                 memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu"
                           else absent_memory(f"the {device} device's memory is not read (host memory would not "
                                              "show it)"))
