@@ -178,7 +178,7 @@ class OnnxruntimeBackend(Backend):
         def time_with(count: int | None) -> Any:
             return time_calls(lambda: current[0].run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
                               min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                              threads=self.target.intra_op_threads if count == configured else count)
+                              threads=1 if count == 1 else self.target.intra_op_threads)
 
         return timed_with_check(lambda: current[0].run(None, feed), configured=configured if provider == "cpu" else None,
                                 first_ms=first_ms, set_threads=set_threads, time_with=time_with)
