@@ -74,6 +74,11 @@ def test_history_medians_read_this_pipelines_runs_on_this_machine(tmp_path):
     key = machine_key(run_of([], "x").machine)
     assert history_medians(db, "p", key) == {"m/torch/cpu": 0.33}
     assert history_medians(db, "other", key) == {}
+    stalled = timed(708.0, "unreliable", ["cv 0.76, IQR/median 1.12"])  # left out: not a figure to judge by
+    report = run_of([stalled], "r4")
+    record_run(report.model_copy(update={"pipeline": report.pipeline.model_copy(update={"name": "p"})}),
+               tmp_path / "p.yaml", db)
+    assert history_medians(db, "p", key) == {"m/torch/cpu": 0.33}
 
 
 SLOW_ONCE = '''\
