@@ -252,24 +252,20 @@ def _crossing(rule: Rule, d: MetricDelta) -> int:
     return 0
 
 
-def _noise_floor(rule: Rule, d: MetricDelta, spread: tuple[float, bool] = (0.0, False)) -> str | None:
+def _noise_floor(rule: Rule, d: MetricDelta, spread: float = 0.0) -> str | None:
     """The noise floor, in words, when a change rule's change lies within it (an allocator's noise): the
-    catalog's fixed floor, widened to the spreads the runs measured for the figure, summed (`Metric.spread`),
-    and where both runs measured one, their sum in place of the fixed absolute part (`trust.measured_spread`);
-    None when the change is past it, or the metric has no floor."""
+    catalog's fixed floor, widened to the spreads both runs measured for the figure, summed (`Metric.spread`); None
+    when the change is past it, or the metric has no floor."""
     known = info(rule.metric)
     if (known is None or known.noise_floor is None or rule.kind in ("above", "below") or d.base is None
             or d.head is None):
         return None
-    width, both = spread
     relative, absolute = known.noise_floor
-    if both:
-        absolute = 0.0
-    if abs(d.head - d.base) > max(relative * abs(d.base), absolute, width):
+    if abs(d.head - d.base) > max(relative * abs(d.base), absolute, spread):
         return None
-    fixed = f"{relative * 100:g}%" + (f", {format_value(absolute, d.unit)}" if not both else "")
-    return (f"max({fixed}, the measured spread {format_value(width, d.unit)})"
-            if both or width > max(relative * abs(d.base), absolute) else f"max({fixed})")
+    fixed = f"{relative * 100:g}%, {format_value(absolute, d.unit)}"
+    return (f"max({fixed}, the measured spread {format_value(spread, d.unit)})"
+            if spread > max(relative * abs(d.base), absolute) else f"max({fixed})")
 
 
 def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -> bool:
@@ -279,8 +275,7 @@ def _interval_clears(rule: Rule, crossing: int, interval: tuple[float, float]) -
     return nearest > rule.threshold
 
 
-def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str],
-           spread: tuple[float, bool] = (0.0, False)) -> None:
+def _check(rule: Rule, d: MetricDelta, findings: list[Finding], held_back: list[str], spread: float = 0.0) -> None:
     crossing = _crossing(rule, d)
     if not crossing:
         return

@@ -32,13 +32,11 @@ def unreliable_sides(metric: str, base: RunRecord | None, head: RunRecord | None
     return sides
 
 
-def measured_spread(metric: str, base: RunRecord | None, head: RunRecord | None) -> tuple[float, bool]:
-    """(the spreads both sides recorded for `metric` (`Metric.spread`), summed, 0 when neither did; whether both
-    did). Summed, not the larger: where both runs' measurements cover the same typical value, their medians
-    differ by at most the sum of their ranges (two identical runs of a model whose peak moves by whole buffers,
-    6.9 and 8.3 MB spreads, had medians 9.3 MB apart). Where both did, that sum replaces the catalog's fixed
-    absolute floor (4 MB for memory, a guess at an allocator's noise): the rounds measured the noise, and a
-    30% larger resnet18 (11.0 to 14.4 MB, spreads about 0.5 MB) is past it."""
+def measured_spread(metric: str, base: RunRecord | None, head: RunRecord | None) -> float:
+    """The spreads both sides recorded for `metric` (`Metric.spread`), summed; 0 when neither did. Summed, not
+    the larger: where both runs' measurements cover the same typical value, their medians differ by at most the
+    sum of their ranges (two identical runs of a model whose peak moves by whole buffers, 6.9 and 8.3 MB
+    spreads, had medians 9.3 MB apart)."""
     spreads = [figure.spread for record in (base, head) if record is not None
                and (figure := record.metrics.get(metric)) is not None and figure.spread is not None]
-    return float(sum(spreads)), len(spreads) == 2
+    return float(sum(spreads))
