@@ -11,11 +11,12 @@ A backend's measurement brackets its phases with a `MemoryMeter`:
 
 One round's figures move by whole buffers with the allocator's state (which freed chunks it reuses, which it
 hands back), within one process as across runs: resnet18's eager peak read 23.6 to 48.7 MB over four identical
-runs, yet rounds repeated in one process mostly agree (the state settles per process). So the run measures
-`memory.rounds` rounds, each in a process of its own: the timed one, then `Backend.memory_round` (a load, its
-first call and the warmup calls, `MemoryRound`) in fresh children (`mlbench/run/memory_rounds.py`). Each
-figure is the rounds' median (`median_of_rounds`), with the rounds' values as its `samples` and their largest
-minus smallest as its `spread`, which widens compare's noise floor (`mlbench/compare/trust.py`).
+runs, yet rounds repeated in one process mostly agree (the state settles per process). So where a pipeline
+sets `memory.rounds`, the run measures that many rounds after the timed one, each in a fresh child
+(`Backend.memory_round`: a load and its first call, `MemoryRound`, read as the timed round reads it, after its
+first call; `mlbench/run/memory_rounds.py`). Each figure is the rounds' median (`median_of_rounds`), with the
+rounds' values as its `samples` and their largest minus smallest as its `spread`, which widens compare's noise
+floor (`mlbench/compare/trust.py`).
 
 Nothing here runs inside the timing loop: each read is one small file read (Linux) or one system call
 (macOS) before or after it, so `benchmarks/harness_overhead.py` sees the same loop as before.
@@ -252,13 +253,14 @@ class MemoryMeter:
             return {"method": None, "reason": NO_PROBE}
         return {"method": self.probe.method, "baseline_bytes": self.baseline, "after_load_bytes": self.after_load,
                 "peak_exact": self.exact,
-                "note": "memory.peak: the predictions' peak (first call, warmup and timed calls) above the level "
+                "note": "memory.peak: the first prediction's peak above the level "
                         "before loading; read outside the timed loop"}
 
 
 ROUNDS_NOTE = ("memory.load and memory.peak: the median over {n} load-and-predict rounds, each in a process of "
-               "its own (samples: each round's figure, the timed round's first; spread: the largest minus the "
-               "smallest)")
+               "its own, started fresh after the timed measurement (samples: each round's figure; spread: the "
+               "largest minus the smallest); the timed measurement's own figures, from a process that had built the "
+               "model and run other work first, are in timed_round")
 
 
 def median_of_rounds(rounds: list[dict[str, Metric]]) -> dict[str, Metric]:

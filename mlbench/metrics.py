@@ -108,7 +108,9 @@ _CORE: tuple[MetricInfo, ...] = (
     MetricInfo("memory.peak", "bytes", "peak memory", "lower", compared=True, column=EXTRA,
                describe="resident memory at the predictions' peak, above the level before loading",
                noise_floor=(0.05, 4e6)),
-    MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6)),
+    MetricInfo("memory.load", "bytes", "load memory", "lower", noise_floor=(0.05, 4e6),
+               describe="resident memory the artifact's load added (eager PyTorch: its parameters' and buffers' "
+               "bytes, the module being built by its model source before the measurement)"),
     MetricInfo("memory.estimated", "bytes", "estimated memory", "lower", column=EXTRA,
                describe="weights as stored + the largest sum of live activations in program order, at the variant's "
                "precision and shape (no buffer reuse beyond liveness; the runtime's own workspace left out)"),

@@ -84,3 +84,14 @@ def test_executorch_vs_times_the_three_runtimes_on_one_model(capsys):
     head = next(line for line in out.splitlines() if line.startswith("| model |"))
     assert "litert-xnnpack median (p90), ms" in head  # measured where the litert extra is, else its skip reason
     assert "load average before" in out
+
+
+@pytest.mark.slow
+def test_stability_grading_runs_a_quiet_trial_and_judges_figures_by_their_reference(capsys):
+    bench = load("stability_grading")
+    bench.main(["--trials", "1", "--half", "quiet"])
+    out = capsys.readouterr().out
+    assert "quiet trial  1: conv_linear " in out and "; tiny_cnn " in out
+    assert "quiet half: 1 trials; figures marked: " in out and " of 2; trials with a figure within 10% " in out
+    stable = bench.Figure("m", 1.05, "stable", stalled=False, remeasured=False)
+    assert not bench.off(stable, 1.0, 0.10) and bench.off(stable, 0.9, 0.10) and not stable.marked

@@ -201,7 +201,9 @@ def test_measured_peak_grows_with_the_batch(tmp_path, target):
     assert measured[16].details["memory"]["method"].startswith("linux VmHWM")
     load = measured[16].metrics["memory.load"]
     if target["backend"] == "torch":
-        assert load.value is None and load.reason.startswith("eager: the module was built by its model source")
+        # the module's weights: conv 64x3x3x3 + 64, head 4x64 + 4 floats (built before the measurement)
+        assert load.source == "measured" and load.value == (64 * 27 + 64 + 4 * 64 + 4) * 4
+        assert measured[16].details["memory"]["load"].startswith("the bytes of the module's parameters and buffers")
     else:
         assert load.source == "measured" and load.value >= 0
 
@@ -225,3 +227,16 @@ def test_a_child_reports_its_own_peak_beside_a_failure():
     assert _peak_if(None) is None
     peak = _peak_if("measure: MemoryError")
     assert peak is not None and peak >= 10 * 2**20 and own_peak() >= peak
+
+
+@pytest.mark.torch
+def test_eager_load_counts_each_weight_storage_once_at_the_variants_precision():
+    torch = pytest.importorskip("torch")
+    from mlbench.backends.torch.backend import weights_bytes
+
+    linear = torch.nn.Linear(16, 8)
+    tied = torch.nn.Sequential(linear, torch.nn.ReLU(), linear)  # one Linear twice: its weights once
+    norm = torch.nn.BatchNorm1d(8)  # running mean and var and the batch count are buffers
+    assert weights_bytes(tied) == (16 * 8 + 8) * 4
+    assert weights_bytes(norm) == (8 + 8 + 8 + 8) * 4 + 8
+    assert weights_bytes(linear.to(torch.bfloat16)) == (16 * 8 + 8) * 2

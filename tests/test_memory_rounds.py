@@ -83,6 +83,7 @@ def test_identical_runs_pass_the_memory_gate_and_a_model_with_30_percent_larger_
     assert peak["source"] == "measured" and len(peak["samples"]) == 3
     assert peak["value"] == sorted(peak["samples"])[1] and peak["spread"] == max(peak["samples"]) - min(peak["samples"])
     assert peak["details"]["rounds"] == 3 and peak["details"]["aggregate"] == "median"
+    assert peak["details"]["timed_round"]["memory.peak"] > 0  # kept beside, not in the median
     capsys.readouterr()
     assert main(["compare", str(first), str(second), "--fail-on", "memory.peak:+10%"]) == 0, capsys.readouterr().out
     # batch 16: 38 MB activations (above glibc's largest mmap threshold: mapped afresh each time, a steadier
@@ -95,9 +96,15 @@ def test_identical_runs_pass_the_memory_gate_and_a_model_with_30_percent_larger_
 
 @pytest.mark.torch
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self")
-def test_onnxruntime_measures_its_load_and_peak_over_the_rounds_too(tmp_path):
-    pytest.importorskip("onnxruntime")
-    report = _run(tmp_path, "ort", backend="onnxruntime")
+@pytest.mark.parametrize("backend, modules", [
+    ("onnxruntime", ("onnxruntime",)),
+    pytest.param("executorch", ("executorch",), marks=pytest.mark.slow),  # an export, three children
+    pytest.param("litert", ("litert_torch", "ai_edge_litert"), marks=pytest.mark.slow),
+])
+def test_each_runtime_measures_its_load_and_peak_over_the_rounds_too(tmp_path, backend, modules):
+    for module in modules:
+        pytest.importorskip(module)
+    report = _run(tmp_path, backend, backend=backend)
     for name in ("memory.load", "memory.peak"):
         figure = _peak(report, name)
         assert figure["source"] == "measured" and len(figure["samples"]) == 3 and figure["spread"] >= 0

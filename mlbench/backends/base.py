@@ -120,7 +120,7 @@ class Backend:
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
         """One more load-and-predict round of `memory.load` and `memory.peak`, in a fresh child (the run asks for
-        `memory.rounds - 1` of them and records the median): None where this backend measures memory once."""
+        `memory.rounds` of them and records their median): None where this backend measures memory once."""
         return None
 
     def measure_times(self, variant: Variant) -> bool:

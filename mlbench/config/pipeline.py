@@ -44,8 +44,9 @@ class LatencySettings(StrictModel):
         default=60.0, ge=0, le=3600,
         description="Seconds at the end of a run for measuring suspect figures again: those graded unreliable, and "
         "those 3x or more off the variant's history median on this kind of machine. Both measurements are kept; the "
-        "report uses the one near the history where only one is, else the better graded, else the faster. 0: none is measured again, and a figure far from its "
-        "history is graded unreliable.")
+        "report uses the one near the history where only one is, else the better graded, else the faster; one still "
+        "far from its history is graded unreliable when the two disagree, noisy when they agree. 0: none is measured "
+        "again, and a figure far from its history is graded unreliable.")
 
     @model_validator(mode="after")
     def _repeats_within_max(self) -> LatencySettings:
@@ -61,9 +62,11 @@ class MemorySettings(StrictModel):
         description="Load-and-predict rounds that memory.load and memory.peak are measured over (3 or more where a "
         "pipeline gates on memory; 1, the default, keeps one measurement and adds no process): the figure is their "
         "median, and their spread (largest minus smallest) widens compare's noise floor, since one round's figure "
-        "moves by whole activation buffers with the allocator's state, which settles per process. The first round "
-        "is the timed one; each other runs in a fresh process, loads again and makes the first call and the "
-        "warmup calls (untimed). Eager PyTorch (CPU) and ONNX Runtime; other backends measure memory once.")
+        "moves by whole activation buffers with the allocator's state, which settles per process. With 2 or more, "
+        "each round runs in a fresh process after the timed measurement, loads again and makes the first call "
+        "(untimed); the timed measurement's own figures (its process built the model and ran other work first) "
+        "are kept in details.memory.timed_round. Eager PyTorch (CPU), ONNX Runtime, ExecuTorch and LiteRT; Core "
+        "ML and Core AI measure memory once.")
 
 
 class LimitSettings(Limits):

@@ -8,7 +8,8 @@ over). Both measurements are kept in the record (`details.remeasured`) and the r
 the one near the history where only one is, else the better graded, else the faster (interference only
 ever adds time). A figure still far from its
 history after a second measurement that disagrees with the first is graded unreliable; one measured
-alike twice is read as a real change (the model or the code changed), and says so.
+alike twice is read as a real change (the model or the code changed) and marked noisy at least, saying so:
+a gate still judges it (a real 400x regression must fail), and a reader sees it was not a plain figure.
 """
 
 from __future__ import annotations
@@ -36,23 +37,29 @@ GRADES = ("stable", "noisy", "unreliable")
 
 def history_medians(db_path: Path, pipeline: str, machine_key: str) -> dict[str, float]:
     """Per variant id, the median of its measured `latency.median` over the pipeline's newest runs on
-    this kind of machine; empty when there is no history (or it cannot be read: one debug line)."""
+    this kind of machine, leaving out figures those runs graded unreliable (a stalled 708 ms figure for a
+    0.4 ms model would otherwise make the next right one look 1,700x off); empty when there is no history
+    (or it cannot be read: one debug line)."""
+    import zlib
+
+    from mlbench.records import RunReport
     from mlbench.store.history import connect, list_runs
 
     if not db_path.exists():
         return {}
+    values: dict[str, list[float]] = {}
     try:
         runs = [r.run_id for r in list_runs(db_path, pipeline=pipeline, machine=machine_key, limit=HISTORY_RUNS)]
-        if not runs:
-            return {}
-        values: dict[str, list[float]] = {}
         with connect(db_path, create=False) as conn:
-            marks = ",".join("?" * len(runs))
-            for variant_id, value in conn.execute(
-                    f"SELECT variant_id, value FROM metrics WHERE name = ? AND source = 'measured' "
-                    f"AND value IS NOT NULL AND run_id IN ({marks})", [METRIC, *runs]):
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-                    values.setdefault(variant_id, []).append(float(value))
+            blobs = [row[0] for run_id in runs
+                     for row in conn.execute("SELECT report_zlib FROM runs WHERE run_id = ?", (run_id,))]
+        for blob in blobs:
+            for record in RunReport.model_validate_json(zlib.decompress(blob).decode("utf-8")).records:
+                metric = record.metrics.get(METRIC)
+                if (record.status == "ok" and metric is not None and metric.source == "measured"
+                        and metric.value is not None and metric.value > 0
+                        and not (metric.stability is not None and metric.stability.grade == "unreliable")):
+                    values.setdefault(record.variant_id, []).append(float(metric.value))
     except Exception as exc:  # noqa: BLE001 - the history only informs; the run stands without it
         log.debug("history not read for re-measurement: %s", exc)
         return {}
@@ -132,7 +139,9 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str) -
     ratio = _far(value, past)
     if ratio is not None and agree:
         note += f"; measured alike twice, so read as a real change from the history's {past:.3g} ms"
-        change: Callable[[Stability], Stability] = lambda s: s.adjusted(note)  # noqa: E731
+        change: Callable[[Stability], Stability] = lambda s: s.adjusted(note).regraded(  # noqa: E731
+            "noisy", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), measured alike twice: a real "
+            "change, or interference that lasted the run")
     elif ratio is not None:
         change = lambda s: s.adjusted(note).regraded(  # noqa: E731
             "unreliable", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), and the two measurements "

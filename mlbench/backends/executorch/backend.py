@@ -151,6 +151,22 @@ class ExecutorchBackend(Backend):
         except Exception as exc:  # noqa: BLE001 - a missing kernel or a bad program: the variant's one line
             raise RuntimeError(f"ExecuTorch could not load the program: {_first(exc)}") from None
 
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """The program loaded inside the meter's span (as `measure` loads it), then its first call: what
+        `measure` reads its memory after (before the thread check's reloads). None where nothing runs here."""
+        from mlbench.memory import MemoryRound
+
+        if self._unavailable(variant.axis("delegate")) or model.alternative(variant.shape) != 0:
+            return None
+        artifact: PteArtifact = exported.payload
+
+        def load() -> Any:
+            method = self._load(artifact)
+            inputs = _inputs(model, 0, 0)
+            return lambda: method.execute(inputs)
+
+        return MemoryRound(1).one(load)
+
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         why = self._unavailable(variant.axis("delegate"))
         if why:
@@ -161,7 +177,9 @@ class ExecutorchBackend(Backend):
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         from mlbench.backends.executorch.profile import build_placement, op_time_table
+        from mlbench.backends.executorch.threads import PoolSwitch
         from mlbench.memory import MemoryMeter
+        from mlbench.thread_check import timed_with_check
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -188,20 +206,31 @@ class ExecutorchBackend(Backend):
         if alternative != 0:
             raise VariantSkipped("the .pte is exported for the first input shape only")
         meter = MemoryMeter.start()
-        load_ms, method = time_once(lambda: self._load(artifact))
+        load_ms, loaded = time_once(lambda: self._load(artifact))
+        held = [loaded]  # the one reference to the method: the thread check replaces it (see threads.py)
+        loaded = None
         inputs = _inputs(model, 0, alternative)
         meter.loaded()
-        first_ms, first_outputs = time_once(lambda: method.execute(inputs))
-        settings = self.config.latency
-        latency = time_calls(lambda: method.execute(inputs), warmup=settings.warmup, repeats=settings.repeats,
-                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats)
-        metrics.update(meter.metrics())
+        first_ms, first_outputs = time_once(lambda: held[0].execute(inputs))
+        metrics.update(meter.metrics())  # before the thread check, whose reloads are not this load's
         details["memory"] = meter.facts()
-        pairs = [(model.sample(0, alternative)[1], _numpy(first_outputs))]
-        for index in range(1, self.config.verify.samples):
-            pairs.append((model.sample(index, alternative)[1], _numpy(method.execute(_inputs(model, index,
-                                                                                               alternative)))))
-        method = None  # the traced program runs alone
+        switch = PoolSwitch(held, lambda: self._load(artifact))
+        configured = switch.configured()
+        settings = self.config.latency
+        try:
+            latency, check = timed_with_check(
+                lambda: held[0].execute(inputs), configured=configured, first_ms=first_ms, set_threads=switch,
+                time_with=lambda count: time_calls(lambda: held[0].execute(inputs), warmup=settings.warmup,
+                                                   repeats=settings.repeats, min_time_s=settings.min_time_s,
+                                                   max_repeats=settings.max_repeats, threads=count))
+            if check is not None:
+                details["thread_check"] = check.details()
+            pairs = [(model.sample(0, alternative)[1], _numpy(first_outputs))]
+            for index in range(1, self.config.verify.samples):
+                pairs.append((model.sample(index, alternative)[1],
+                              _numpy(held[0].execute(_inputs(model, index, alternative)))))
+        finally:
+            switch.restore(configured)  # the traced program runs alone, on the pool this process had
         recipe = variant.axis("optimize")
         verify = compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision, recipe),
                                  min_snr_db=self.config.verify.min_snr_db_for(precision, recipe),

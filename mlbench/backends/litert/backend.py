@@ -139,6 +139,46 @@ class LitertBackend(Backend):
             details["export"].update({"shape": variant.shape, "flexible": PER_SHAPE})
         return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
 
+    def _timed(self, artifact: LitertArtifact, runner: Any, feed: dict, threads: int,
+               first_ms: float) -> tuple[Any, Any]:
+        """The timed calls around the thread-pool stall check (`mlbench.thread_check`), against a second
+        interpreter with one thread (LiteRT fixes an interpreter's `num_threads`, and XNNPACK's pool with it,
+        when it is created); (latency, check)."""
+        from mlbench.backends.litert.runtime import Runner, interpreter
+        from mlbench.thread_check import timed_with_check
+        from mlbench.timing import time_calls
+
+        settings = self.config.latency
+        runners = {threads: runner}
+        current = [runner]
+
+        def set_threads(count: int) -> None:
+            if count not in runners:
+                runners[count] = Runner(interpreter(artifact.path, count))
+            current[0] = runners[count]
+
+        return timed_with_check(
+            lambda: current[0](feed), configured=threads, first_ms=first_ms, set_threads=set_threads,
+            time_with=lambda count: time_calls(lambda: current[0](feed), warmup=settings.warmup,
+                                               repeats=settings.repeats, min_time_s=settings.min_time_s,
+                                               max_repeats=settings.max_repeats, threads=count))
+
+    def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
+        """An interpreter created inside the meter's span (as `measure` creates it), then its first call: what
+        `measure` reads its memory after (before the thread check's second interpreter)."""
+        from mlbench.backends.litert.runtime import Runner, interpreter
+        from mlbench.memory import MemoryRound
+
+        artifact: LitertArtifact = exported.payload
+        alternative = self._alternative(model, variant)
+
+        def load() -> Any:
+            runner = Runner(interpreter(artifact.path, int(variant.axis("threads"))))
+            feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, alternative)[0]])
+            return lambda: runner(feed)
+
+        return MemoryRound(1).one(load)
+
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         from mlbench.backends.litert.runtime import Runner, interpreter
 
@@ -157,7 +197,7 @@ class LitertBackend(Backend):
             op_counts,
         )
         from mlbench.memory import MemoryMeter
-        from mlbench.timing import time_calls, time_once
+        from mlbench.timing import time_once
         from mlbench.verify import compare_samples
 
         with quiet_native_stderr():
@@ -175,10 +215,8 @@ class LitertBackend(Backend):
         feed = runner.feed(inputs(0))
         meter.loaded()
         first_ms, first = time_once(lambda: runner(feed))
-        settings = self.config.latency
-        latency = time_calls(lambda: runner(feed), warmup=settings.warmup, repeats=settings.repeats,
-                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
-        memory = meter.metrics()
+        memory = meter.metrics()  # before the thread check, whose second interpreter is not this load's
+        latency, check = self._timed(artifact, runner, feed, threads, first_ms)
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
@@ -197,6 +235,7 @@ class LitertBackend(Backend):
         metrics.update(memory)
         details = {
             "memory": meter.facts(),
+            **({"thread_check": check.details()} if check is not None else {}),
             "tflite_ops": op_counts(ops),
             "op_time": {"absent": NO_OP_TIMES},
             "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",

@@ -154,24 +154,34 @@ class OnnxruntimeBackend(Backend):
             options.profile_file_prefix = profile_prefix
         return options
 
-    def _thread_check(self, ort: Any, session: Any, feed: dict, path: Path, provider: str,
-                      first_ms: float) -> tuple[Any, Any]:
-        """The thread-pool stall check (`mlbench.thread_check`) against a second session with one intra-op
-        thread (onnxruntime fixes a session's pool when it is created); (check, the one-thread session when
-        the configured pool is stalled, else None). CPU provider only: others run off the CPU's pool."""
+    def _timed(self, ort: Any, session: Any, feed: dict, path: Path, provider: str,
+               first_ms: float) -> tuple[Any, Any]:
+        """The timed calls around the thread-pool stall check (`mlbench.thread_check`), against a second session
+        with one intra-op thread (onnxruntime fixes a session's pool when it is created); (latency, check).
+        CPU provider only: others run off the CPU's pool."""
         from mlbench.cpus import available_cpus
-        from mlbench.thread_check import MAX_CALL_MS, check_threads
+        from mlbench.thread_check import timed_with_check
+        from mlbench.timing import time_calls
 
+        settings = self.config.latency
         configured = self.target.intra_op_threads or available_cpus()  # 0: onnxruntime's own default, one per core
-        if provider != "cpu" or configured <= 1 or first_ms > MAX_CALL_MS:
-            return None, None
-        options = self._session_options(ort)
-        options.intra_op_num_threads = 1
-        one = self._session(ort, path, provider, options)
+        sessions: dict[int, Any] = {configured: session}
         current = [session]
-        check = check_threads(lambda: current[0].run(None, feed), configured=configured, first_ms=first_ms,
-                              set_threads=lambda n: current.__setitem__(0, one if n == 1 else session))
-        return check, (one if check is not None and check.stalled else None)
+
+        def set_threads(count: int) -> None:
+            if count not in sessions:
+                options = self._session_options(ort)
+                options.intra_op_num_threads = count
+                sessions[count] = self._session(ort, path, provider, options)
+            current[0] = sessions[count]
+
+        def time_with(count: int | None) -> Any:
+            return time_calls(lambda: current[0].run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
+                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
+                              threads=1 if count == 1 else self.target.intra_op_threads)
+
+        return timed_with_check(lambda: current[0].run(None, feed), configured=configured if provider == "cpu" else None,
+                                first_ms=first_ms, set_threads=set_threads, time_with=time_with)
 
     def _providers(self, provider: str) -> list[Any]:
         """The requested provider, then the CPU provider for the nodes it cannot take."""
@@ -204,8 +214,8 @@ class OnnxruntimeBackend(Backend):
                                  f"(available: {', '.join(available)})")
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
-        """A session loaded inside the meter's span (as `measure` loads it), then its first and warmup calls;
-        a generative model's memory is measured once."""
+        """A session loaded inside the meter's span (as `measure` loads it), then its first call, as `measure`
+        reads it; a generative model's memory is measured once."""
         import onnxruntime as ort
 
         from mlbench.memory import MemoryRound
@@ -221,7 +231,7 @@ class OnnxruntimeBackend(Backend):
             feed = _feed(session, model, 0, model.alternative(variant.shape))
             return lambda: session.run(None, feed)
 
-        return MemoryRound(self.config.latency.warmup + 1).one(load)
+        return MemoryRound(1).one(load)
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         import onnxruntime as ort
@@ -239,7 +249,7 @@ class OnnxruntimeBackend(Backend):
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
         from mlbench.memory import MemoryMeter
-        from mlbench.timing import time_calls, time_once
+        from mlbench.timing import time_once
         from mlbench.verify import compare_samples
 
         artifact: OnnxArtifact = exported.payload
@@ -258,14 +268,7 @@ class OnnxruntimeBackend(Backend):
         first_ms, first_outputs = time_once(lambda: session.run(None, feed))
         settings = self.config.latency
         metrics.update(meter.metrics())  # before the thread check's second session, whose load is not this one's
-        check, session_one = self._thread_check(ort, session, feed, artifact.path, provider, first_ms)
-        timed = session_one or session
-        latency = time_calls(lambda: timed.run(None, feed), warmup=settings.warmup, repeats=settings.repeats,
-                             min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                             threads=1 if session_one is not None else self.target.intra_op_threads)
-        if session_one is not None and check is not None and latency.stability is not None:
-            latency.stability = latency.stability.adjusted(check.adjustment())
-        timed = session_one = None
+        latency, check = self._timed(ort, session, feed, artifact.path, provider, first_ms)
         pairs = [(model.sample(0, alternative)[1], list(first_outputs))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
             pairs.append((model.sample(index, alternative)[1],

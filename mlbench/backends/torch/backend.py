@@ -20,11 +20,34 @@ from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
-from mlbench.thread_check import check_threads, torch_threads
+from mlbench.thread_check import timed_with_check, torch_threads
 from mlbench.timing import time_calls, time_once
 
-EAGER_LOAD = ("eager: the module was built by its model source before the measurement (its weights are size.weights); "
-              "memory.peak counts what its predictions add")
+EAGER_LOAD = ("eager: the module was built by its model source before the measurement (memory.load is its weights' "
+              "bytes); memory.peak counts what its first prediction adds")
+LOAD_METHOD = ("the bytes of the module's parameters and buffers (each storage once, as cast to the variant's "
+               "precision), not a resident-memory reading: the module is built by its model source before the "
+               "measurement, so no span of this process holds its load alone")
+
+
+def weights_bytes(module: Any) -> int:
+    """The bytes of a module's CPU parameters and buffers, each storage counted once (tied weights share one)."""
+    import itertools
+
+    seen: set[int] = set()
+    total = 0
+    for tensor in itertools.chain(module.parameters(), module.buffers()):
+        storage = tensor.untyped_storage()
+        if tensor.device.type != "cpu" or storage.data_ptr() in seen:
+            continue
+        seen.add(storage.data_ptr())
+        total += storage.nbytes()
+    return total
+
+
+def _with_load(memory: dict[str, Metric], module: Any) -> dict[str, Metric]:
+    """`memory.load` as the module's weights' bytes (`LOAD_METHOD`)."""
+    return {**memory, "memory.load": Metric(value=float(weights_bytes(module)), unit="bytes", source="measured")}
 
 
 class TorchBackend(Backend):
@@ -89,21 +112,22 @@ class TorchBackend(Backend):
         try:
             with self._settings():
                 first_ms, output = time_once(call)
+                # after the first call, as every memory round reads it (the thread check's pools and the timed
+                # calls are not the variant's load)
+                memory = (_with_load(meter.metrics(load_reason=EAGER_LOAD), exported.payload) if device == "cpu"
+                          else absent_memory(f"the {device} device's memory is not read (host memory would not "
+                                             "show it)"))
                 threads = torch.get_num_threads() if device == "cpu" else None
-                check = check_threads(call, configured=threads, first_ms=first_ms, set_threads=torch_threads)
-                if check is not None and check.stalled:  # one thread never waits for another
-                    torch_threads(1)
-                latency = time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
-                                     min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
-                                     threads=1 if check is not None and check.stalled else threads)
-                if check is not None and check.stalled and latency.stability is not None:
-                    latency.stability = latency.stability.adjusted(check.adjustment())
-            memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
-                      absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
+                latency, check = timed_with_check(  # one thread where the pool stalls: _settings sets it back
+                    call, configured=threads, first_ms=first_ms, set_threads=torch_threads,
+                    time_with=lambda count: time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
+                                                       min_time_s=settings.min_time_s,
+                                                       max_repeats=settings.max_repeats, threads=count))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details: dict = {"memory": meter.facts(), **({"thread_check": check.details()} if check is not None else {})}
+        details: dict = {"memory": {**meter.facts(), "load": LOAD_METHOD},
+                         **({"thread_check": check.details()} if check is not None else {})}
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})
@@ -129,13 +153,13 @@ class TorchBackend(Backend):
                            latency=latency, verify=verify, details=details)
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
-        """The module's inputs prepared inside the meter's span, then its first call and the warmup calls (CPU
+        """The module's inputs prepared inside the meter's span, then its first call, as `measure` reads it (CPU
         only: no other device's memory is read; a generative model's memory is measured once)."""
         if variant.axis("device") != "cpu" or model.spec.generate is not None:
             return None
         with self._settings():
-            return MemoryRound(self.config.latency.warmup + 1, EAGER_LOAD).one(
-                lambda: self._prepare(model, exported, variant))
+            return _with_load(MemoryRound(1, EAGER_LOAD).one(
+                lambda: self._prepare(model, exported, variant)), exported.payload)
 
     def _measure_generation(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import torch
