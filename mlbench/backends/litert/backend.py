@@ -157,6 +157,7 @@ class LitertBackend(Backend):
             op_counts,
         )
         from mlbench.memory import MemoryMeter
+        from mlbench.sustained import sustained_figures
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -178,7 +179,9 @@ class LitertBackend(Backend):
         settings = self.config.latency
         latency = time_calls(lambda: runner(feed), warmup=settings.warmup, repeats=settings.repeats,
                              min_time_s=settings.min_time_s, max_repeats=settings.max_repeats, threads=threads)
+        sustained: dict[str, Any] = {}
         memory = meter.metrics()
+        sustained_figures(lambda: runner(feed), settings, memory, sustained)  # its figures ride with memory's
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
@@ -196,7 +199,7 @@ class LitertBackend(Backend):
         metrics.update(placement_metrics(placement))
         metrics.update(memory)
         details = {
-            "memory": meter.facts(),
+            "memory": meter.facts(), **sustained,
             "tflite_ops": op_counts(ops),
             "op_time": {"absent": NO_OP_TIMES},
             "interpreter": {"num_threads": threads, "delegate": "XNNPACK (LiteRT's default CPU delegate)",

@@ -20,6 +20,7 @@ from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
+from mlbench.sustained import sustained_figures as sustained
 from mlbench.thread_check import check_threads, torch_threads
 from mlbench.timing import time_calls, time_once
 
@@ -83,6 +84,8 @@ class TorchBackend(Backend):
         if model.spec.generate is not None:
             return self._measure_generation(model, exported, variant)
         settings = self.config.latency
+        sustained_metrics: dict[str, Metric] = {}
+        sustained_details: dict = {}
         meter = MemoryMeter.start()
         call = self._prepare(model, exported, variant)
         meter.loaded()
@@ -98,12 +101,15 @@ class TorchBackend(Backend):
                                      threads=1 if check is not None and check.stalled else threads)
                 if check is not None and check.stalled and latency.stability is not None:
                     latency.stability = latency.stability.adjusted(check.adjustment())
+                sustained(call, settings, sustained_metrics, sustained_details)
             memory = (meter.metrics(load_reason=EAGER_LOAD) if device == "cpu" else
                       absent_memory(f"the {device} device's memory is not read (host memory would not show it)"))
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
-        details: dict = {"memory": meter.facts(), **({"thread_check": check.details()} if check is not None else {})}
+        details: dict = {"memory": meter.facts(), **({"thread_check": check.details()} if check is not None else {}),
+                         **sustained_details}
+        memory.update(sustained_metrics)
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})
