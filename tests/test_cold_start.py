@@ -53,3 +53,48 @@ def test_cold_and_warm_metrics_and_a_missing_second_load():
     assert both["load_time.cold"].source == "measured"
     alone = cold_start.load_metrics(30.0, None, "the device disconnected")
     assert alone["load_time.warm"].value is None and alone["load_time.warm"].reason == "the device disconnected"
+
+
+COLD_PIPELINE = """\
+version: 1
+name: cold
+models:
+  - name: tiny_cnn
+    source: {root}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 64, 64]}}]
+targets:
+  - backend: onnxruntime
+  - backend: executorch
+    delegate: xnnpack
+latency: {{warmup: 1, repeats: 3, min_time_s: 0.0, retry_s: 0}}
+cache: {{dir: cache}}
+report: {{dir: out, formats: [json]}}
+history: {{enabled: false}}
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # an ONNX and an ExecuTorch export
+def test_onnxruntime_session_and_executorch_program_load_cold_before_warm(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("executorch.runtime", reason="the executorch extra is not installed")
+    from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
+    from tests.conftest import ROOT
+
+    path = tmp_path / "cold.yaml"
+    path.write_text(COLD_PIPELINE.format(root=ROOT), encoding="utf-8")
+    records = {r.backend: r for r in run(load_pipeline(path)).records}
+    assert set(records) == {"onnxruntime", "executorch"}
+    for backend, record in records.items():
+        assert record.status == "ok", record.error
+        cold, warm = record.metrics["load_time.cold"], record.metrics["load_time.warm"]
+        assert cold.source == warm.source == "measured"
+        assert cold.value >= warm.value, (backend, cold.value, warm.value)
+        assert record.metrics["load_time"].value == cold.value  # the first load is the cold one, as before
+        caches = record.details["load_caches"]
+        if hasattr(os, "posix_fadvise"):
+            assert caches["cleared"] == ["the artifact's pages in the OS page cache (posix_fadvise DONTNEED on each "
+                                         "file)"]
+        runtime = {"onnxruntime": "ONNX Runtime's process-wide environment", "executorch": "ExecuTorch's runtime"}
+        assert caches["not_cleared"][-1].startswith(runtime[backend])
