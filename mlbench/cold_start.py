@@ -25,7 +25,6 @@ from typing import Any
 from mlbench.records import Metric
 
 
-
 def _files(path: Path) -> list[Path]:
     return [p for p in sorted(path.rglob("*")) if p.is_file()] if path.is_dir() else [path]
 
