@@ -27,8 +27,11 @@ from mlbench.records import Metric
 class SustainedSettings(Protocol):
     """What a sustained run reads of the pipeline's `latency:` settings (config's LatencySettings)."""
 
-    sustained_s: float
-    sustained_window_s: float
+    @property
+    def sustained_s(self) -> float: ...
+
+    @property
+    def sustained_window_s(self) -> float: ...
 
 SLOWED = 0.10
 """The last window's median this much above the first's is a slowdown worth a note."""

@@ -34,8 +34,10 @@ TEAM_ENV, PROFILE_ENV, BUNDLE_ENV, FILE_ENV = ("MLBENCH_DEVICE_TEAM", "MLBENCH_D
 
 def remote_api() -> Any:
     """coremltools' remote-device module; VariantSkipped when this coremltools has none (before 9.0)."""
+    import importlib
+
     try:
-        from coremltools.models.ml_program.experimental import remote_device
+        remote_device = importlib.import_module("coremltools.models.ml_program.experimental.remote_device")
     except ImportError as exc:
         raise VariantSkipped(f"this coremltools cannot measure on a connected device (coremltools 9.0 or later has "
                              f"coremltools.models.ml_program.experimental.remote_device): {exc}") from None
@@ -165,8 +167,12 @@ def signing() -> Signing:
         try:
             stored = DevicesFile.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {}).devices.get(
                 "signing", Signing())
-        except (yaml.YAMLError, ValidationError) as exc:
-            raise UserError(f"devices: {first_line(exc)}", file=path) from None
+        except yaml.YAMLError as exc:
+            raise UserError(f"not YAML: {first_line(exc)}", file=path) from None
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            place = ".".join(str(part) for part in error["loc"])
+            raise UserError(f"{place}: {error['msg']}", file=path) from None
     chosen = Signing(team_id=os.environ.get(TEAM_ENV) or stored.team_id,
                      provisioning_profile=os.environ.get(PROFILE_ENV) or stored.provisioning_profile,
                      bundle_id=os.environ.get(BUNDLE_ENV) or stored.bundle_id)

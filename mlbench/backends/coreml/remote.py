@@ -20,7 +20,6 @@ A device that disconnects fails the variant in hand in one line and every later 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
 from typing import TYPE_CHECKING, Any
 
@@ -160,5 +159,5 @@ def _placement(infos: list[Any], units: str, precision: str, identity: devices.D
               "from its compute plan (MLModelBenchmarker.benchmark_operation_execution)",
               "ops": sorted(estimates, key=lambda e: -e["ms"])[:50]}
     if estimates:
-        per_op["total_ms"] = statistics.fsum(e["ms"] for e in estimates)
+        per_op["total_ms"] = sum(e["ms"] for e in estimates)
     return placement, per_op
