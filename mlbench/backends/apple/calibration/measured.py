@@ -106,6 +106,9 @@ def gather(paths: list[Path]) -> tuple[dict[str, Group], list[str]]:
             continue
         why: Counter[str] = Counter()
         for record in records:
+            if record.status != "ok":
+                why["did not run"] += 1
+                continue
             chip, os_name = device_chip(record)
             if chip is None and "device" in record.details:
                 why["measured on a connected device of no known chip"] += 1
@@ -117,9 +120,7 @@ def gather(paths: list[Path]) -> tuple[dict[str, Group], list[str]]:
             latency = measured_ms(record)
             program = record.details.get("program") or (
                 report.artifacts.get(record.artifact.key, {}).get("program") if record.artifact else None)
-            if record.status != "ok":
-                why["did not run"] += 1
-            elif latency is None:
+            if latency is None:
                 why["no measured latency"] += 1
             elif record.placement is None or record.placement.source != "measured":
                 why["no measured placement (compute plan)"] += 1
