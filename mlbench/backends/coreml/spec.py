@@ -31,6 +31,6 @@ SPEC = BackendSpec(
         run="mlbench.backends.coreml.inspect:run",
     ),
     rules="mlbench.backends.apple.compression_rules:apple_rule_table",
-    commands=("mlbench.backends.coreml.calibrate_command:register",),
+    commands=("mlbench.backends.coreml.calibrate_command:register", "mlbench.backends.coreml.devices_command:register"),
     order=1,
 )

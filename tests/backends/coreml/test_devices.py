@@ -145,3 +145,25 @@ def test_the_fake_logs_what_was_asked(listed, tmp_path):
     rd = listed(devicectl_entry(*IPHONE))
     devices.find_device(rd, "connected:iphone")
     assert [e["event"] for e in log(tmp_path / "devices.json")] == ["devicectl"]
+
+
+def test_mlbench_devices_lists_them_and_prints_dask_resources(listed, capsys):
+    from mlbench.cli.main import main
+
+    listed(devicectl_entry(*IPHONE), devicectl_entry(*IPAD), devicectl_entry("Off", "u-off", "iPhone", "iPhone15,2",
+                                                                              "17.0", "21A1", state="disconnected"))
+    assert main(["devices", "--resources"]) == 0
+    assert capsys.readouterr().out == "device:iphone=1 device:iphone15pro=1 device:ipad=1 device:ipadairm2=1\n"
+    assert main(["devices"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"Test iPhone  {IPHONE[1]}  iPhone 15 Pro (iOS 18.1 22B83, a17pro)",
+        f"Test iPad  {IPAD[1]}  iPad Air (M2) (iPadOS 17.6 21G80, m2)"]
+
+
+def test_mlbench_devices_without_xcode_says_why(listed, capsys):
+    from mlbench.cli.main import main
+
+    listed(missing=True)
+    assert main(["devices", "--resources"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == "\n" and captured.err.startswith("no connected devices: devicectl is not installed")
