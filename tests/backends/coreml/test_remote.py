@@ -91,7 +91,7 @@ def by_id(report):
 
 
 def test_a_measurement_round_trip_on_a_connected_ipad(sweep):
-    report, scenario, _ = sweep
+    report, _, _ = sweep
     record = by_id(report)["coreml/float16/all/none/connected:ipad"]
     assert record.status == "ok", record.error
     assert record.axes["device"] == "connected:ipad"

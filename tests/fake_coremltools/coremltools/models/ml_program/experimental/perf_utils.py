@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -81,7 +81,7 @@ class _LoadedRemoteModel:
     def make_state_if_needed(self):
         return None
 
-    async def predict(self, inputs: Dict[str, Any], state=None) -> Dict[str, np.ndarray]:
+    async def predict(self, inputs: dict[str, Any], state=None) -> dict[str, np.ndarray]:
         _remote._RemoteMLModelService._validate_device_state(self.device)
         behaviour = _s.device_settings(self.device.udid)
         durations = behaviour.get("predict_ms", [2.0])
@@ -102,7 +102,7 @@ class MLModelBenchmarker:
         median: float
 
         @staticmethod
-        def from_values(values: List[float]) -> Optional["MLModelBenchmarker.Statistics"]:
+        def from_values(values: list[float]) -> Optional["MLModelBenchmarker.Statistics"]:
             if len(values) == 0:
                 return None
             return MLModelBenchmarker.Statistics(minimum=float(np.min(values)), maximum=float(np.max(values)),
@@ -112,10 +112,10 @@ class MLModelBenchmarker:
     @dataclass(frozen=True)
     class Measurement:
         statistics: Optional["MLModelBenchmarker.Statistics"]
-        samples: List[float]
+        samples: list[float]
 
         @staticmethod
-        def from_samples(samples: List[float]) -> "MLModelBenchmarker.Measurement":
+        def from_samples(samples: list[float]) -> "MLModelBenchmarker.Measurement":
             return MLModelBenchmarker.Measurement(statistics=MLModelBenchmarker.Statistics.from_values(samples),
                                                   samples=samples)
 

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 
 def _scenario_module():
@@ -32,9 +32,9 @@ _s = _scenario_module()
 
 @dataclass(frozen=True)
 class AppSigningCredentials:
-    development_team: Optional[str] = ""
-    provisioning_profile_uuid: Optional[str] = None
-    bundle_identifier: Optional[str] = None
+    development_team: str | None = ""
+    provisioning_profile_uuid: str | None = None
+    bundle_identifier: str | None = None
 
 
 class DeviceType(Enum):
@@ -92,14 +92,14 @@ class Device:
     os_build_number: str
     developer_mode_state: str
     state: DeviceState
-    session: Optional[Any]
+    session: Any | None
 
     @staticmethod
-    def get_devices() -> List["Device"]:
+    def get_devices() -> list["Device"]:
         return _DeviceCtl.get_devices()
 
     @staticmethod
-    def get_connected_devices(device_type: DeviceType) -> List["Device"]:
+    def get_connected_devices(device_type: DeviceType) -> list["Device"]:
         def is_device_connected(device: Device) -> bool:
             return device.state == DeviceState.CONNECTED and device.type == device_type
 
@@ -139,7 +139,7 @@ class _DeviceCtl:
         return listing
 
     @staticmethod
-    def get_devices() -> List[Device]:
+    def get_devices() -> list[Device]:
         json_data = _DeviceCtl._run_command("xcrun devicectl list devices")
         result = json_data.get("result", None)
         if result is None:
