@@ -100,7 +100,7 @@ async def _measure(device: Any, identity: devices.DeviceIdentity, artifact: Core
     inputs = prediction_inputs(artifact, model, alternative)
     loaded = bench._loaded_model
     outputs = await loaded.predict(inputs)
-    first_ms = loaded.last_predict_duration_in_nano_seconds / 1e6
+    first_ns = loaded.last_predict_duration_in_nano_seconds  # None where the device sent no duration
     settings = config.latency
     calls = min(settings.warmup + settings.repeats, settings.max_repeats + settings.warmup)
     samples = (await bench.benchmark_predict(inputs=inputs, iterations=calls)).samples[settings.warmup:]
@@ -114,7 +114,9 @@ async def _measure(device: Any, identity: devices.DeviceIdentity, artifact: Core
         verify = compare_outputs(model.sample(0, alternative)[1], ordered_outputs(artifact, outputs),
                                  tolerance=config.verify.tolerance_for(precision, recipe),
                                  min_snr_db=config.verify.min_snr_db_for(precision, recipe), reference_name=REFERENCE)
-    metrics = runtime_metrics(latency, first_ms=first_ms, load_ms=loads[0], verify=verify)
+    metrics = runtime_metrics(latency, first_ms=(first_ns or 0) / 1e6, load_ms=loads[0], verify=verify)
+    if first_ns is None:
+        metrics["first_call"] = Metric.absent("ms", "the device sent no duration for the first prediction")
     metrics.update(load_metrics(loads[0], loads[1] if len(loads) > 1 else None))
     metrics["latency.coreml_median"] = Metric.measured(latency.median, "ms")  # the device's own durations
     metrics.update(placement_metrics(placement))
