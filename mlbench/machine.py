@@ -6,6 +6,7 @@ import os
 import platform
 import socket
 from importlib import metadata
+from typing import Any
 
 from mlbench import __version__
 from mlbench.cpus import available_cpus
@@ -65,12 +66,40 @@ def snapshot() -> dict[str, object]:
     }
 
 
+def with_devices(machine: dict, records: list[Any]) -> dict:
+    """The snapshot with the connected devices the run's records were measured on (`devices`: each device's facts
+    as its records keep them, `details.device`), and whether any figure was timed on this machine itself
+    (`timed_here`): a run timed only on devices is keyed on them, not on the Mac they were attached to."""
+    devices = {d["udid"]: d for r in records if isinstance(d := r.details.get("device"), dict) and "udid" in d}
+    if not devices:
+        return machine
+    here = any(r.status == "ok" and r.latency is not None and "device" not in r.details for r in records)
+    return {**machine, "devices": list(devices.values()), "timed_here": here}
+
+
+def _device_words(device: dict) -> str:
+    chip = f", {device['chip']}" if device.get("chip") else ""
+    what = device.get("model") or device.get("product_type") or device.get("kind", "device")
+    return f"{what} ({device.get('os', '')} {device.get('os_version', '')} {device.get('os_build', '')}{chip})"
+
+
 def machine_words(machine: dict) -> str:
     parts = [machine.get("os"), machine.get("arch"), machine.get("cpu")]
-    return " ".join(str(p) for p in parts if p) or "unknown machine"
+    host = " ".join(str(p) for p in parts if p) or "unknown machine"
+    devices = machine.get("devices") or []
+    return " + ".join([*(_device_words(d) for d in devices), host]) if devices else host
+
+
+def _device_key(device: dict) -> tuple:
+    return tuple(str(device.get(k) or "") for k in ("product_type", "chip", "os_version", "os_build"))
 
 
 def machine_key(machine: dict) -> tuple:
     """What makes two runs' machines alike: OS, architecture, CPU model and count (not the hostname,
-    so two ephemeral CI runners of one kind count as one machine)."""
-    return (machine.get("os"), machine.get("arch"), machine.get("cpu"), machine.get("cpu_count"))
+    so two ephemeral CI runners of one kind count as one machine); for a run timed only on connected devices, the
+    devices' product types, chips and OS builds (not the Mac they were attached to)."""
+    host = (machine.get("os"), machine.get("arch"), machine.get("cpu"), machine.get("cpu_count"))
+    devices = tuple(sorted(_device_key(d) for d in machine.get("devices") or []))
+    if not devices:
+        return host
+    return ("devices", devices) if not machine.get("timed_here", True) else (*host, devices)

@@ -50,7 +50,7 @@ EXTRA = ColumnPlace(formats=("markdown",))
 class MetricInfo:
     name: str
     unit: str
-    """ms, s, bytes, ratio (a share in [0, 1], moved in percentage points), count, rel, abs."""
+    """ms, ms/min, s, bytes, ratio (a share in [0, 1], moved in percentage points), count, rel, abs."""
     label: str
     better: Better | None = None
     """None where neither direction is good in itself (e.g. a share of CPU work)."""
@@ -94,6 +94,20 @@ _CORE: tuple[MetricInfo, ...] = (
                column=ColumnPlace(order=4, keep=8, always=True)),
     MetricInfo("first_call", "ms", "first call ms", "lower"),
     MetricInfo("compile_time", "ms", "compile ms", "lower"),
+    # cold and warm loads (mlbench/cold_start.py): the first after clearing what can be cleared, then a second
+    MetricInfo("load_time.cold", "ms", "cold load ms", "lower", column=EXTRA,
+               describe="the first load, after clearing the caches this OS lets mlbench clear (the record's "
+               "load_caches says which)"),
+    MetricInfo("load_time.warm", "ms", "warm load ms", "lower", column=EXTRA,
+               describe="a second load of the same artifact, its caches warm"),
+    # sustained runs (mlbench/sustained.py, latency.sustained_s)
+    MetricInfo("latency.sustained.first", "ms", "sustained first ms", "lower",
+               describe="median of the first window of a sustained run"),
+    MetricInfo("latency.sustained.last", "ms", "sustained last ms", "lower", compared=True, column=EXTRA,
+               describe="median of the last window of a sustained run (latency.sustained_s): what a long session "
+               "sees; its note says why it slowed"),
+    MetricInfo("latency.sustained.slope", "ms/min", "sustained slope ms/min", "lower", column=EXTRA,
+               describe="least-squares slope of a sustained run's window medians, in ms per minute"),
     MetricInfo("size.weights", "bytes", "weights", "lower"),
     MetricInfo("params", "count", "params"),
     MetricInfo("macs", "count", "MACs"),
@@ -238,6 +252,8 @@ def format_value(value: float | None, unit: str, *, with_unit: bool = True) -> s
     if unit == "ms":
         text = f"{value:.3f}" if value < 1 else f"{value:.2f}"
         return f"{text} ms" if with_unit else text
+    if unit == "ms/min":
+        return f"{value:+.3g} ms/min" if with_unit else f"{value:+.3g}"
     if unit == "s":
         return f"{value:.3f} s" if with_unit else f"{value:.3f}"
     if unit == "tokens/s":

@@ -86,7 +86,8 @@ def test_the_core_names_no_backend_or_device():
 
 
 LAYERS = (
-    "mlbench", "errors", "units", "cpus", "machine_load", "stability", "records", "overflow", "timing", "thread_check", "memory", "verify", "localization",
+    "mlbench", "errors", "units", "cpus", "machine_load", "thermal", "stability", "records", "overflow", "timing", "sustained",
+    "cold_start", "thread_check", "memory", "verify", "localization",
     "plugins", "metrics", "machine", "store", "config", "matrix", "compare", "sources", "generate", "plan_diff",
     "report", "backends", "validate", "run", "cli", "__main__",
 )

@@ -137,9 +137,11 @@ class TargetBase(StrictModel):
 
     backend: str
     runs_on: str | None = Field(
-        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+        default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]*$",
         description="With the Dask executor: the worker resource this target's measurements need (e.g. "
-        "apple-m2); workers declare it with --resources apple-m2=1. Exports run anywhere.",
+        "apple-m2, or device:iphone15pro for a Core ML target measured on a connected phone); workers declare it "
+        "with --resources apple-m2=1 (`mlbench devices --resources` prints a Mac's connected devices). Exports run "
+        "anywhere.",
     )
     limits: Limits | None = Field(
         default=None, description="This target's own limits, over the pipeline's `limits:` (e.g. a longer export_s).")

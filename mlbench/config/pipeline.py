@@ -47,6 +47,24 @@ class LatencySettings(StrictModel):
         "report uses the one near the history where only one is, else the better graded, else the faster; one still "
         "far from its history is graded unreliable when the two disagree, noisy when they agree. 0: none is measured "
         "again, and a figure far from its history is graded unreliable.")
+    sustained_s: float = Field(
+        default=0.0, ge=0, le=3600,
+        description="Seconds each variant is also run continuously after its timed calls (0: none): reports "
+        "latency.sustained.first and .last (the first and last window's medians) and .slope (ms per minute), with a "
+        "note saying why it slowed (throttled: the thermal state rose; or the machine's load). Eager, ONNX Runtime, "
+        "ExecuTorch, LiteRT and Core ML on macOS.")
+    sustained_window_s: float = Field(
+        default=60.0, gt=0, le=3600,
+        description="The window whose median is taken at the start and end of a sustained run (a third of "
+        "sustained_s when that is shorter).")
+    max_thermal_state: Literal["nominal", "fair", "serious", "critical"] | None = Field(
+        default=None,
+        description="Wait before each variant until the machine's thermal state is this or cooler (macOS: "
+        "ProcessInfo.thermalState; Linux: from the thermal zones' trip points), at most thermal_wait_s; where the "
+        "state is unreadable nothing waits and the record says so.")
+    thermal_wait_s: float = Field(
+        default=300.0, ge=0, le=3600,
+        description="Longest wait for max_thermal_state before a variant is measured anyway (the record says so).")
 
     @model_validator(mode="after")
     def _repeats_within_max(self) -> LatencySettings:

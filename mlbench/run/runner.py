@@ -17,7 +17,7 @@ import uuid
 from mlbench import __version__
 from mlbench.config.pipeline_file import Pipeline
 from mlbench.errors import UserError, os_reason, short_error
-from mlbench.machine import snapshot
+from mlbench.machine import snapshot, with_devices
 from mlbench.machine_load import LoadSample, load_between, sample
 from mlbench.matrix import Plan, expand
 from mlbench.plugins.registry import backend_class
@@ -236,7 +236,7 @@ class Runner:
     def report(self, *, finished: bool) -> RunReport:
         order = {v.id: i for i, v in enumerate(self.plan.variants)}
         records = sorted(self.records.values(), key=lambda r: order.get(r.variant_id, len(order)))
-        machine = snapshot()
+        machine = with_devices(snapshot(), records)  # the connected devices its records were measured on
         if self.measure_load is not None:  # how busy the machine was while this run measured
             start, end = self.measure_load
             machine["load"] = load_between(start, end or sample(), "measurement")

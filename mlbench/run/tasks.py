@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from mlbench import thermal
 from mlbench.backends.base import Backend, VariantSkipped, generation_unsupported
 from mlbench.config.pipeline import PipelineConfig
 from mlbench.errors import located_error, one_line, user_frame
@@ -226,6 +227,7 @@ def run_group(ctx: WorkContext, group: list[Variant], on_stage: Any = None,
 def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, variant: Variant) -> RunRecord:
     started, t0 = utc_now(), time.perf_counter()
     common: dict[str, Any] = {"artifact": exported.info}
+    heat = thermal.before_variant(ctx.config.latency.max_thermal_state, ctx.config.latency.thermal_wait_s)
     try:
         with ctx.timed("measure"):
             result = backend.measure(model, exported, variant)
@@ -242,6 +244,7 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
             if result.verify.source != "measured":
                 error += f" ({result.verify.source})"
     details = result.details if exported.info else {**exported.details, **result.details}
+    details.setdefault("thermal", thermal.after_variant(heat))  # a connected device's own reading wins
     return _record(variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
                    verify=result.verify, placement=result.placement, details=details, **common)
 

@@ -25,7 +25,7 @@ from mlbench.backends.base import (
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
 from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
-from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
+from mlbench.backends.coreml.target import LOCAL_DEVICE, CoremlTarget, recipe_dict
 from mlbench.backends.localize_hook import localize_if_close
 from mlbench.machine import package_version
 from mlbench.records import Metric
@@ -125,12 +125,16 @@ class CoremlBackend(Backend):
         return Exported(payload=CoremlArtifact(cached.path, analysis), info=cached.info, details=details)
 
     def untimeable(self, variant: Variant) -> str | None:
+        if on_device(variant) != LOCAL_DEVICE:
+            return ON_DEVICE_AB
         return _not_macos() if sys.platform != "darwin" else None
 
     def measure_times(self, variant: Variant) -> bool:
         return sys.platform == "darwin"  # elsewhere: analysis, estimates and emulated verification only
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        if on_device(variant) != LOCAL_DEVICE:
+            raise VariantSkipped(ON_DEVICE_AB)
         if sys.platform != "darwin":
             raise VariantSkipped(_not_macos())
         if model.spec.generate is not None:
@@ -155,6 +159,8 @@ class CoremlBackend(Backend):
         return Exported(payload=CoremlArtifact(path, analysis), info=info, details=details)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
+        if (wanted := on_device(variant)) != LOCAL_DEVICE:
+            return self._measure_on_device(model, exported, variant, wanted)
         if model.spec.generate is not None:
             from mlbench.backends.coreml.generate.backend import measure_generative
 
@@ -217,6 +223,21 @@ class CoremlBackend(Backend):
 
         return localize_if_close(self, model, variant, verification, localize_variant,
                                  existing=self.target.package is not None)
+    def _measure_on_device(self, model: LoadedModel, exported: Exported, variant: Variant, wanted: str) -> Measurement:
+        """A connected iPhone or iPad (`device:`), through coremltools' remote device (`remote.py`)."""
+        from mlbench.backends.coreml.memory_estimate import memory_metrics
+        from mlbench.backends.coreml.remote import measure_on_device
+
+        if model.spec.generate is not None:
+            raise VariantSkipped("a generative model is not measured on a connected device yet (prefill and decode "
+                                 "against state need the local runtime)")
+        artifact: CoremlArtifact = exported.payload
+        result = measure_on_device(artifact, model, variant, self.config, wanted)
+        memory, memory_details = memory_metrics(artifact.package, artifact.analysis)
+        result.metrics = {**static_metrics(artifact.analysis), **memory, **result.metrics}
+        result.details.update(self._estimates(artifact, result.placement, result.metrics))
+        result.details["memory_estimate"] = memory_details
+        return result
 
     def _estimates(self, artifact: CoremlArtifact, placement: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""
@@ -264,6 +285,14 @@ def machine_chip() -> str | None:
     except (OSError, subprocess.SubprocessError):  # pragma: no cover
         return None
     return chip_for_machine(brand, builtin_chips())  # pragma: no cover
+
+
+ON_DEVICE_AB = "mlbench ab times artifacts on this machine; a connected device is measured by mlbench run"
+
+
+def on_device(variant: Variant) -> str:
+    """The device a variant is measured on (`device:`): local unless its target names one."""
+    return dict(variant.axes).get("device", LOCAL_DEVICE)
 
 
 def _not_macos() -> str:

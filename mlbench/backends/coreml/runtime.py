@@ -29,6 +29,7 @@ from mlbench.backends.base import CallTimer, Measurement, VariantSkipped, runtim
 from mlbench.memory import MemoryMeter
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
+from mlbench.sustained import sustained_figures
 from mlbench.timing import time_calls, time_once
 
 if TYPE_CHECKING:
@@ -127,6 +128,31 @@ def compiled_model(ct: Any, package: Path) -> tuple[Path, float, bool]:
     return final, compile_ms, False
 
 
+CORE_ML_KEEPS = ("Core ML's own caches of compiled and specialised programs (the OS keeps them, per model; a fresh "
+                 "compile in a new folder is the nearest mlbench gets to a miss)")
+
+
+def cold_and_warm_loads(ct: Any, package: Path, compiled: Path, compute_units: Any,
+                        options: dict[str, Any]) -> tuple[dict[str, Metric], dict[str, Any]]:
+    """`load_time.cold`: the package compiled afresh into a new folder and that copy loaded (the compile not
+    counted); `load_time.warm`: the compiled model mlbench keeps, loaded again. Made after the timed calls, so
+    nothing before them changes; with the caches cleared and not (`mlbench.cold_start`)."""
+    from mlbench.cold_start import evict_files, load_metrics
+
+    caches = evict_files([package], CORE_ML_KEEPS)
+    with tempfile.TemporaryDirectory(prefix="mlbench-cold-") as folder:
+        fresh = Path(folder) / "model.mlmodelc"
+        compile_ms, _ = time_once(lambda: ct.models.utils.compile_model(str(package), str(fresh)))
+        cold_ms, model = time_once(lambda: ct.models.CompiledMLModel(str(fresh), compute_units=compute_units,
+                                                                     **options))
+        del model
+    warm_ms, model = time_once(lambda: ct.models.CompiledMLModel(str(compiled), compute_units=compute_units, **options))
+    del model
+    caches["cleared"].insert(0, f"mlbench's compiled model: the package compiled afresh into a new folder for the "
+                                f"cold load ({compile_ms:.0f} ms, not counted)")
+    return load_metrics(cold_ms, warm_ms), caches
+
+
 def _own_duration_ms(mlmodel: Any) -> float | None:
     """Core ML's own duration of the last prediction, where this coremltools gives it for a compiled model."""
     duration = getattr(mlmodel, "last_predict_duration_in_nano_seconds", None)
@@ -181,12 +207,17 @@ def measure_package(
         verify = verify.model_copy(update={"overflow": float16_overflow([(reference, outputs)])})
     metrics.update(runtime_metrics(latency, first_ms=first_ms, load_ms=load_ms, verify=verify))
     metrics["compile_time"] = Metric.measured(compile_ms, "ms")
+    sustained: dict[str, Any] = {}
+    sustained_figures(lambda: mlmodel.predict(inputs), settings, metrics, sustained)
+    loads, caches = cold_and_warm_loads(ct, artifact.package, compiled, compute_units, options)
+    metrics.update(loads)
     details: dict[str, Any] = {
         "load_time": LOAD_ORDER,
         "compile": (f"compiled once into {compiled} by an earlier variant or run, reused" if reused
                     else f"compiled by this variant into {compiled}"),
         "compiled_model": str(compiled),
         "memory": meter.facts(),
+        "load_caches": caches, **sustained,
     }
     own = own[settings.warmup:]  # the warmup calls are thrown away here too
     if own:

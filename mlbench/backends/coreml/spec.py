@@ -31,7 +31,7 @@ SPEC = BackendSpec(
         run="mlbench.backends.coreml.inspect:run",
     ),
     rules="mlbench.backends.apple.compression_rules:apple_rule_table",
-    commands=("mlbench.backends.coreml.calibrate_command:register",),
+    commands=("mlbench.backends.coreml.calibrate_command:register", "mlbench.backends.coreml.devices_command:register"),
     deployment=APPLE_DEVICES,
     localize="mlbench.backends.coreml.localize.variant:localize_variant",
     order=1,

@@ -15,16 +15,30 @@ optimizations:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from mlbench.backends.apple.chips import ChipId, ChipProfile, builtin_chips, estimate_on_problems
 from mlbench.backends.coreml.deployment import InvalidExportOptions, check_deployment_target, valid_deployment_targets
 from mlbench.config.base import NO_OPTIMIZATION, Axis, StrictModel, TargetBase, suggest, unknown_recipe
 
 ComputeUnits = Literal["cpu_only", "cpu_and_gpu", "cpu_and_ne", "all"]
+LOCAL_DEVICE = "local"
+DEVICE_NAME = re.compile(r"^(local|connected:(iphone|ipad)|[A-Za-z0-9][A-Za-z0-9 ._'’()-]{0,63})$")
+
+
+def _device_name(value: str) -> str:
+    if not DEVICE_NAME.fullmatch(value):
+        raise ValueError(f"'{value}' names no device: use local, connected:iphone, connected:ipad, or a connected "
+                         "device's name or UDID (letters, digits, spaces and . _ ' ( ) -)")
+    return value
+
+
+DeviceName = Annotated[str, AfterValidator(_device_name)]
+"""local, connected:iphone, connected:ipad, or a device's name or UDID (as `xcrun devicectl list devices` shows)."""
 
 
 class PalettizeRecipe(StrictModel):
@@ -148,6 +162,13 @@ class CoremlTarget(TargetBase):
         "model is loaded: infrequent lets Core ML specialise for a shape and keep it. Recorded with each variant.",
     )
 
+    device: Axis[DeviceName] = Field(
+        default=[LOCAL_DEVICE],
+        description="Where the variant is measured: local (this Mac), connected:iphone or connected:ipad (the first "
+        "such device devicectl lists as connected), or a connected device's name or UDID; through coremltools' remote "
+        "device (macOS with Xcode, the ModelRunner app signed from MLBENCH_DEVICE_TEAM or the devices file, never "
+        "from this file). One export serves every device; elsewhere its variants are skipped, saying why.",
+    )
     estimate_on: list[ChipId] = Field(
         default_factory=list,
         description="Apple chips to estimate each variant's latency on (metric latency.estimated.<chip>, any OS): "
@@ -164,8 +185,15 @@ class CoremlTarget(TargetBase):
         "and say so; placement follows the profile's observations before the rules (ops marked `observed`).",
     )
 
-    axes = ("precision", "compute_units", "optimize")
+    axes = ("precision", "compute_units", "optimize", "device")
     artifact_axes = ("precision", "optimize")
+
+    def axis_values(self) -> dict[str, list[Any]]:
+        """The device axis only where a target names a device: local-only variants keep the ids they had."""
+        values = super().axis_values()
+        if self.device == [LOCAL_DEVICE]:
+            del values["device"]
+        return values
     measurement_options = ("estimate_on", "chip_profiles", "reshape_frequency")  # load-time hints and estimates: the package stays the same
 
     def existing_artifact(self) -> tuple[str, Path] | None:

@@ -140,10 +140,10 @@ class LitertBackend(Backend):
         return Exported(payload=LitertArtifact(cached.path), info=cached.info, details=details)
 
     def _timed(self, artifact: LitertArtifact, runner: Any, feed: dict, threads: int,
-               first_ms: float) -> tuple[Any, Any]:
+               first_ms: float) -> tuple[Any, Any, Any]:
         """The timed calls around the thread-pool stall check (`mlbench.thread_check`), against a second
         interpreter with one thread (LiteRT fixes an interpreter's `num_threads`, and XNNPACK's pool with it,
-        when it is created); (latency, check)."""
+        when it is created); (latency, check, the call that was timed, on the interpreter it chose)."""
         from mlbench.backends.litert.runtime import Runner, interpreter
         from mlbench.thread_check import timed_with_check
         from mlbench.timing import time_calls
@@ -157,11 +157,13 @@ class LitertBackend(Backend):
                 runners[count] = Runner(interpreter(artifact.path, count))
             current[0] = runners[count]
 
-        return timed_with_check(
+        latency, check = timed_with_check(
             lambda: current[0](feed), configured=threads, first_ms=first_ms, set_threads=set_threads,
             time_with=lambda count: time_calls(lambda: current[0](feed), warmup=settings.warmup,
                                                repeats=settings.repeats, min_time_s=settings.min_time_s,
                                                max_repeats=settings.max_repeats, threads=count))
+        chosen = current[0]
+        return latency, check, lambda: chosen(feed)
 
     def memory_round(self, model: LoadedModel, exported: Exported, variant: Variant) -> dict[str, Metric] | None:
         """An interpreter created inside the meter's span (as `measure` creates it), then its first call: what
@@ -197,6 +199,7 @@ class LitertBackend(Backend):
             op_counts,
         )
         from mlbench.memory import MemoryMeter
+        from mlbench.sustained import sustained_figures
         from mlbench.timing import time_once
         from mlbench.verify import compare_samples
 
@@ -216,7 +219,10 @@ class LitertBackend(Backend):
         meter.loaded()
         first_ms, first = time_once(lambda: runner(feed))
         memory = meter.metrics()  # before the thread check, whose second interpreter is not this load's
-        latency, check = self._timed(artifact, runner, feed, threads, first_ms)
+        latency, check, timed = self._timed(artifact, runner, feed, threads, first_ms)
+        sustained: dict[str, Any] = {}
+        sustained_figures(timed, self.config.latency, memory, sustained)  # its figures ride with memory's
+        timed = None
         pairs = [(model.sample(0, alternative)[1], runner.outputs_of(first))]
         for index in range(1, self.config.verify.samples):
             pairs.append((model.sample(index, alternative)[1], runner.outputs_of(runner(runner.feed(inputs(index))))))
@@ -234,7 +240,7 @@ class LitertBackend(Backend):
         metrics.update(placement_metrics(placement))
         metrics.update(memory)
         details = {
-            "memory": meter.facts(),
+            "memory": meter.facts(), **sustained,
             **({"thread_check": check.details()} if check is not None else {}),
             "tflite_ops": op_counts(ops),
             "op_time": {"absent": NO_OP_TIMES},

@@ -51,6 +51,11 @@ if TYPE_CHECKING:
     from mlbench.sources.loading import LoadedModel
 
 
+RUNTIME_KEEPS = ("ONNX Runtime's process-wide environment, thread pools and kernel registry (an earlier session in "
+                 "this process may have made them)")
+"""What a cold session still finds warm: nothing clears it short of a new process."""
+
+
 @dataclass
 class OnnxArtifact:
     path: Path
@@ -155,9 +160,10 @@ class OnnxruntimeBackend(Backend):
         return options
 
     def _timed(self, ort: Any, session: Any, feed: dict, path: Path, provider: str,
-               first_ms: float) -> tuple[Any, Any]:
+               first_ms: float) -> tuple[Any, Any, Any]:
         """The timed calls around the thread-pool stall check (`mlbench.thread_check`), against a second session
-        with one intra-op thread (onnxruntime fixes a session's pool when it is created); (latency, check).
+        with one intra-op thread (onnxruntime fixes a session's pool when it is created); (latency, check, the call
+        that was timed, on the session it chose).
         CPU provider only: others run off the CPU's pool."""
         from mlbench.cpus import available_cpus
         from mlbench.thread_check import timed_with_check
@@ -180,8 +186,11 @@ class OnnxruntimeBackend(Backend):
                               min_time_s=settings.min_time_s, max_repeats=settings.max_repeats,
                               threads=1 if count == 1 else self.target.intra_op_threads)
 
-        return timed_with_check(lambda: current[0].run(None, feed), configured=configured if provider == "cpu" else None,
-                                first_ms=first_ms, set_threads=set_threads, time_with=time_with)
+        latency, check = timed_with_check(lambda: current[0].run(None, feed),
+                                          configured=configured if provider == "cpu" else None,
+                                          first_ms=first_ms, set_threads=set_threads, time_with=time_with)
+        chosen = current[0]
+        return latency, check, lambda: chosen.run(None, feed)
 
     def _providers(self, provider: str) -> list[Any]:
         """The requested provider, then the CPU provider for the nodes it cannot take."""
@@ -248,7 +257,9 @@ class OnnxruntimeBackend(Backend):
         import onnxruntime as ort
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
+        from mlbench.cold_start import evict_files, load_metrics
         from mlbench.memory import MemoryMeter
+        from mlbench.sustained import sustained_figures
         from mlbench.timing import time_once
         from mlbench.verify import compare_samples
 
@@ -260,6 +271,7 @@ class OnnxruntimeBackend(Backend):
         if model.spec.generate is not None:
             return self._measure_generation(ort, model, exported, variant, metrics)
 
+        caches = evict_files([artifact.path], RUNTIME_KEEPS)  # the first session is the cold load
         meter = MemoryMeter.start()
         load_ms, session = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
         alternative = model.alternative(variant.shape)
@@ -268,12 +280,17 @@ class OnnxruntimeBackend(Backend):
         first_ms, first_outputs = time_once(lambda: session.run(None, feed))
         settings = self.config.latency
         metrics.update(meter.metrics())  # before the thread check's second session, whose load is not this one's
-        latency, check = self._timed(ort, session, feed, artifact.path, provider, first_ms)
+        latency, check, timed = self._timed(ort, session, feed, artifact.path, provider, first_ms)
+        sustained: dict[str, Any] = {}
+        sustained_figures(timed, settings, metrics, sustained)
+        timed = None  # the one-thread session, if the check made one, goes before the verification
         pairs = [(model.sample(0, alternative)[1], list(first_outputs))]
         for index in range(1, self.config.verify.samples):  # further seeded input sets, after the timing
             pairs.append((model.sample(index, alternative)[1],
                           list(session.run(None, _feed(session, model, index, alternative)))))
         session = None  # release the timed session before the profiled one starts
+        warm_ms, _ = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
+        metrics.update(load_metrics(load_ms, warm_ms))
 
         verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
                                   min_snr_db=self.config.verify.min_snr_db_for(precision),
@@ -300,7 +317,7 @@ class OnnxruntimeBackend(Backend):
                 metrics[name] = Metric.absent(unit, NO_SOURCE)
         metrics.update(placement_metrics(placement))
         details = {
-            "memory": meter.facts(),
+            "memory": meter.facts(), "load_caches": caches, **sustained,
             **({"thread_check": check.details()} if check is not None else {}),
             "op_time": op_time_tables(profile),
             "session": {"provider": ort_name, "device": provider_device(ort_name),

@@ -20,6 +20,7 @@ from mlbench.memory import MemoryMeter, MemoryRound, absent_memory
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 from mlbench.sources.loading import LoadedModel, flatten_outputs
+from mlbench.sustained import sustained_figures as sustained
 from mlbench.thread_check import timed_with_check, torch_threads
 from mlbench.timing import time_calls, time_once
 
@@ -106,6 +107,8 @@ class TorchBackend(Backend):
         if model.spec.generate is not None:
             return self._measure_generation(model, exported, variant)
         settings = self.config.latency
+        sustained_metrics: dict[str, Metric] = {}
+        sustained_details: dict = {}
         meter = MemoryMeter.start()
         call = self._prepare(model, exported, variant)
         meter.loaded()
@@ -123,11 +126,13 @@ class TorchBackend(Backend):
                     time_with=lambda count: time_calls(call, warmup=settings.warmup, repeats=settings.repeats,
                                                        min_time_s=settings.min_time_s,
                                                        max_repeats=settings.max_repeats, threads=count))
+                sustained(call, settings, sustained_metrics, sustained_details)
         finally:
             if device != "cpu":
                 exported.payload.to("cpu")
         details: dict = {"memory": {**meter.facts(), "load": LOAD_METHOD},
-                         **({"thread_check": check.details()} if check is not None else {})}
+                         **({"thread_check": check.details()} if check is not None else {}), **sustained_details}
+        memory.update(sustained_metrics)
         if device == "cpu" and precision == "float32":
             return Measurement(metrics={**runtime_metrics(latency, first_ms=first_ms), **memory}, latency=latency,
                                details={"verify": f"this variant is the reference ({REFERENCE})", **details})

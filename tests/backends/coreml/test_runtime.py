@@ -96,19 +96,28 @@ def test_compiles_once_beside_the_package_and_times_the_compiled_model(fake, tmp
     art, model = artifact(tmp_path), loaded()
     first = measure_package(art, model, variant("all"), CONFIG, {})
     second = measure_package(art, model, variant("cpu_only"), CONFIG, {})
-    compiles = [c for c in ct.calls if c[0] == "compile_model"]
-    assert len(compiles) == 1 and compiles[0][1] == str(art.package)
     compiled = Path(first.details["compiled_model"])
+    compiles = [c for c in ct.calls if c[0] == "compile_model"]
+    kept = [c for c in compiles if "mlbench-cold-" not in c[2]]  # the cold loads' fresh compiles go elsewhere
+    assert len(kept) == 1 and kept[0][1] == str(art.package)
     assert compiled.parent.parent == art.package.parent / "compiled" and compiled.name == "model.mlmodelc"
     assert compiled.is_dir() and json.loads((compiled.parent / "compile.json").read_text())["compile_ms"] >= 0
-    assert [c[1:] for c in ct.calls if c[0] == "CompiledMLModel"] == [(str(compiled), "ALL"),
-                                                                      (str(compiled), "CPU_ONLY")]
+    fresh = [c[2] for c in compiles if c not in kept]
+    assert len(fresh) == 2 and len(set(fresh)) == 2 and all(not Path(f).exists() for f in fresh)  # one per variant
+    # per variant: the timed load, then the cold load of a fresh compile, then the warm load of the kept one
+    assert [c[1:] for c in ct.calls if c[0] == "CompiledMLModel"] == [
+        (str(compiled), "ALL"), (fresh[0], "ALL"), (str(compiled), "ALL"),
+        (str(compiled), "CPU_ONLY"), (fresh[1], "CPU_ONLY"), (str(compiled), "CPU_ONLY")]
     for result in (first, second):
         assert result.metrics["compile_time"].source == "measured"
         assert result.metrics["load_time"].source == "measured"
         assert result.metrics["latency.coreml_median"].value == 0.25  # Core ML's own duration, not our clock
         assert result.details["load_time"] == LOAD_ORDER
         assert result.verify is not None and result.verify.passed
+        assert result.metrics["load_time.cold"].source == result.metrics["load_time.warm"].source == "measured"
+        cleared = result.details["load_caches"]["cleared"]
+        assert cleared[0].startswith("mlbench's compiled model: the package compiled afresh into a new folder")
+        assert result.details["load_caches"]["not_cleared"][-1].startswith("Core ML's own caches")
     assert first.details["compile"].startswith("compiled by this variant into ")
     assert second.details["compile"].startswith("compiled once into ")
     assert second.metrics["compile_time"].value == first.metrics["compile_time"].value

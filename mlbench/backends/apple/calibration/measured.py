@@ -70,6 +70,15 @@ def machine_chip(machine: dict) -> tuple[str | None, str]:
     return chip_for_machine(str(machine.get("cpu") or ""), builtin_chips()), os_name
 
 
+def device_chip(record: RunRecord) -> tuple[str | None, str]:
+    """The chip and OS of the connected iPhone or iPad a record was measured on (`details.device`), so that
+    calibration keys on the device and not on the Mac it was attached to; (None, "") for a record measured here."""
+    device = record.details.get("device")
+    if not isinstance(device, dict) or not device.get("chip"):
+        return None, ""
+    return str(device["chip"]), f"{device.get('os') or 'iOS'} {device.get('os_version') or ''}".strip()
+
+
 def measured_ms(record: RunRecord) -> float | None:
     own = record.metrics.get("latency.coreml_median")
     if own is not None and own.source == "measured" and own.value:
@@ -88,21 +97,30 @@ def gather(paths: list[Path]) -> tuple[dict[str, Group], list[str]]:
     groups: dict[str, Group] = {}
     left_out: list[str] = []
     for label, report in reports(paths):
-        chip, os_name = machine_chip(report.machine)
+        host_chip, host_os = machine_chip(report.machine)
         records = [r for r in report.records if r.backend == "coreml"]
-        if chip is None:
+        if host_chip is None and not any(device_chip(r)[0] for r in records):
             if records:
                 left_out.append(f"{label}: its machine ({report.machine.get('cpu') or 'unknown CPU'}) matches no chip "
                                 "profile: left out")
             continue
         why: Counter[str] = Counter()
         for record in records:
+            if record.status != "ok":
+                why["did not run"] += 1
+                continue
+            chip, os_name = device_chip(record)
+            if chip is None and "device" in record.details:
+                why["measured on a connected device of no known chip"] += 1
+                continue
+            chip, os_name = (chip, os_name) if chip is not None else (host_chip, host_os)
+            if chip is None:
+                why["measured on a machine of no known chip"] += 1
+                continue
             latency = measured_ms(record)
             program = record.details.get("program") or (
                 report.artifacts.get(record.artifact.key, {}).get("program") if record.artifact else None)
-            if record.status != "ok":
-                why["did not run"] += 1
-            elif latency is None:
+            if latency is None:
                 why["no measured latency"] += 1
             elif record.placement is None or record.placement.source != "measured":
                 why["no measured placement (compute plan)"] += 1
