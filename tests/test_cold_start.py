@@ -87,7 +87,7 @@ def test_onnxruntime_session_and_executorch_program_load_cold_before_warm(tmp_pa
     pipeline = load_pipeline(path)
     records = {r.backend: r for r in run(pipeline).records}
     assert set(records) == {"onnxruntime", "executorch"}
-    for attempt in range(2):  # one load each is one sample: a neighbour's burst can land on the warm one
+    for _ in range(2):  # one load each is one sample: a neighbour's burst can land on the warm one
         reversed_ = [b for b, r in records.items()
                      if r.metrics["load_time.cold"].value < r.metrics["load_time.warm"].value]
         if not reversed_:
