@@ -123,15 +123,16 @@ def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
     return ratios, how
 
 
-def calibration_pairs(cases: list[Case], sources: list[str]):
-    """Index pairs of rows of one model on one chip from one source: what order agreement is judged on."""
+def calibration_pairs(cases: list[Case], sources: list[frozenset[str]]):
+    """Index pairs of rows of one model on one chip printed on one page (a float16 baseline shared by three pages
+    pairs with the variants of each): what order agreement is judged on."""
     for i in range(len(cases)):
         for j in range(i + 1, len(cases)):
-            if (cases[i].model, cases[i].group, sources[i]) == (cases[j].model, cases[j].group, sources[j]):
+            if (cases[i].model, cases[i].group) == (cases[j].model, cases[j].group) and sources[i] & sources[j]:
                 yield i, j
 
 
-def order_agreement(cases: list[Case], sources: list[str], estimates: list[float],
+def order_agreement(cases: list[Case], sources: list[frozenset[str]], estimates: list[float],
                     threshold: float = 1.1) -> tuple[int, int, int, int]:
     """Pairs of rows of one model on one chip from one source: (pairs whose published figures differ by
     `threshold` or more, of them ordered alike by the estimate, all pairs, all ordered alike or tied alike)."""
@@ -149,7 +150,7 @@ def order_agreement(cases: list[Case], sources: list[str], estimates: list[float
     return decisive, agree, total, agree_all
 
 
-def order_evidence(cases: list[Case], sources: list[str], estimates: list[float],
+def order_evidence(cases: list[Case], sources: list[frozenset[str]], estimates: list[float],
                    threshold: float = 1.1) -> dict[str, list[int]]:
     """Per pair of variant kinds ('float16 vs palettized'): [ordered alike, pairs] over the pairs of rows of one
     model on one chip from one source whose published figures differ by `threshold` or more. Reports state an
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             left_out.append(f"{row.label}: export failed ({type(exc).__name__}: {str(exc)[:160]})")
             continue
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
-        sources.append(row.source.split(":")[-1])
+        sources.append(row.pages)
     if not args.rows:
         diffusion, skipped = load_diffusion()
         left_out += skipped
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in diffusion:
             case = case_for(item.row, unet, estimate_placement(unet, item.row.compute_units))
             cases.append(dataclasses.replace(case, scale=item.scale, label=f"{case.label} (×{item.scale:.2f} layers)"))
-            sources.append(item.row.source.split(":")[-1])
+            sources.append(item.row.pages)
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)
