@@ -10,8 +10,9 @@ mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's o
 (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
 efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
 fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation,
-scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
+A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation, as
+they are within one generation, else scaled by the generations' published peaks (calibration/profile.py:
+transferred, cost_scale), and its band is
 leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
 (palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
 the compressed rows' leave-one-out. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows on A14, A15,
@@ -53,7 +54,7 @@ from mlbench.backends.apple.calibration.fitting import (
 )
 from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
-from mlbench.backends.apple.calibration.profile import transfer_donor
+from mlbench.backends.apple.calibration.profile import cost_scale, transfer_donor
 from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
 from mlbench.backends.apple.placement import estimate_placement
 
@@ -87,14 +88,15 @@ def transfer_values(values: dict[str, float], free: list[str], group: str, group
         dict[str, float], str]:
     """`values` with what `group` (a chip without rows in this fit) takes from the calibrated chips, as an estimate
     on a chip without rows does (profile.transferred): the fixed and Neural Engine dispatch costs of the nearest
-    generation whose rows decided them, scaled by the two chips' published Neural Engine peaks, and the Neural
-    Engine efficiency of the nearest generation whose rows decided it. `groups`: chip -> its group in the fit."""
+    generation whose rows decided them (profile.cost_scale: as they are within a generation, else scaled by the
+    generations' published peaks), and the Neural Engine efficiency of the nearest generation whose rows decided
+    it. `groups`: chip -> its group in the fit."""
     chips = builtin_chips()
     chip = group.split()[0]
     out, how = dict(values), []
     fixed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"fixed_ms@{g}" in free), chips)
     if fixed is not None:
-        scale = chips[fixed].neural_engine.flops_fp16 / chips[chip].neural_engine.flops_fp16
+        scale = cost_scale(fixed, chip, chips)
         for name in ("fixed_ms", "dispatch_ms.neural_engine"):
             out[f"{name}@{group}"] = values.get(f"{name}@{groups[fixed]}", values[name]) * scale
         how.append(f"costs from {fixed}")
