@@ -3,26 +3,31 @@
     PYTHONPATH=. python benchmarks/calibrate_latency.py [--write] [--rows CSV]
 
 Each prediction-latency row of ../shared/calibration/ (coreml_latency.csv and published_apple.csv, the only
-figures the model may be fitted to; diffusion, generation and load-time rows are left out and counted, and a
-float16 baseline printed on three pages is one row) is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
-and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
-mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
-(mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
-efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
-fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation, as
-they are within one generation, else scaled by the generations' published peaks (calibration/profile.py:
-transferred, cost_scale), and its band is
-leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
-(palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
-the compressed rows' leave-one-out. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows on A14, A15,
-A16, M1 and M2 (calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row). Pairwise order agreement counts pairs of rows of one model on one chip
-from one page. A parameter is fitted only where
-the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
-leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
-Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
-and leave-one-chip-out (each chip's rows predicted by a fit that saw none of them: the band of a chip
-without rows, "uncalibrated chip"). `--write` stores the fit in chips.yaml's `fit` section.
+figures the model may be fitted to; generation and load-time rows are left out and counted, and a float16
+baseline printed on three pages is one row, paired with the variants of each page) is rebuilt with random
+weights (MobileCLIP's image encoders as timm's image towers; a W8A8 row's batch norms recalibrated on seeded
+inputs), exported through mlbench's Core ML exporter at the row's precision and analysed (calibration_models.py;
+analyses cached beside the mlbench cache), placed for the row's compute units by mlbench's rules, and
+estimated on the row's chip profile. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows
+(calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row): the later table's rows on
+A14, A15, A16, M1 and M2 (Neural Engine) and the superseded June 2023 table's rows on the chips the later one
+does not measure (M1 Ultra, M2 Ultra: the GPU).
+
+The fit is mlbench's own (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on
+measured runs): efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the fixed cost per prediction, the dispatch per op and the
+Neural Engine's efficiency are per chip and OS (`fit.calibrated` + `fit.per_chip`). A chip without rows takes
+the fixed and per-op costs of the nearest calibrated Neural Engine generation, as they are within one
+generation, else scaled by the generations' published peaks (calibration/profile.py: transferred,
+cost_scale), and its band is leave-one-chip-out computed the same way. Compressed variants are exported with
+the row's compression (palettization in coremltools' uniform mode: the stored format is what latency depends
+on) and their band is the compressed rows' leave-one-out. A parameter is fitted only where the rows determine
+it (it moves some row, adds a direction the others do not, and one row is left for leave-one-out); the others
+keep their sourced priors, with a weak pull towards them all the same.
+
+Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it),
+leave-one-chip-out (each chip's rows predicted by a fit that saw none of them: the band of a chip without rows,
+"uncalibrated chip"), the compressed rows' band, and pairwise order agreement over pairs of rows of one model
+on one chip printed on one page. `--write` stores the fit in chips.yaml's `fit` section.
 """
 
 from __future__ import annotations

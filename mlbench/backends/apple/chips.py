@@ -94,10 +94,6 @@ class Parameters(StrictModel):
     dispatch_ms: dict[str, Annotated[float, Field(ge=0)]] = Field(description="Fixed time per op, per device.")
     switch_overhead_ms: float = Field(ge=0, description="Fixed time per device switch (plus its tensor's transfer).")
     fixed_ms: float = Field(ge=0, description="Fixed time per prediction.")
-    w8a8_time_factor: float = Field(
-        default=1.0, gt=0, description="Time of a W8A8 program's Neural Engine op over its float16 time, on chips "
-        "with the int8 activation path but no published int8 rate (the A16 generation); compression_rules.yaml: "
-        "w8a8_speedup_without_published_int8_rate.")
 
 
 class FitRow(StrictModel):

@@ -32,7 +32,6 @@ class Adjustment:
     bytes_factor: float = 1.0
     time_factor: float = 1.0
     int8: bool = False
-    unrated_int8: bool = False  # W8A8 on an engine with the int8 path but no published int8 rate: the fitted factor
     free: bool = False
     extra_bytes: int = 0
     rules: tuple[str, ...] = ()
@@ -96,7 +95,7 @@ def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) 
     """How compression changes this op's time on `device` of `chip` (`w8a8`: the program quantizes activations)."""
     rules = load_compression_rules()
     gen = chip.generation_index
-    bytes_factor, time_factor, int8, unrated, free, extra, applied = 1.0, 1.0, False, False, False, 0, []
+    bytes_factor, time_factor, int8, free, extra, applied = 1.0, 1.0, False, False, 0, []
     if compressed(layer):
         applied.append("compressed_weights_read_at_stored_size")
         if device == "cpu" and layer.params:  # decompressed at load: read at float16 size
@@ -120,10 +119,7 @@ def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) 
             if chip.neural_engine.flops_int8:
                 int8 = True
                 applied.append("w8a8_int8_compute")
-            elif not free:
-                unrated = True
-                applied.append("w8a8_speedup_without_published_int8_rate")
         else:
             applied.append("w8a8_unfused_before_a16")
-    return Adjustment(bytes_factor=bytes_factor, time_factor=time_factor, int8=int8, unrated_int8=unrated, free=free,
-                      extra_bytes=extra, rules=tuple(applied))
+    return Adjustment(bytes_factor=bytes_factor, time_factor=time_factor, int8=int8, free=free, extra_bytes=extra,
+                      rules=tuple(applied))

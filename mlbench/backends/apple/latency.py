@@ -21,9 +21,7 @@ their output dtype's peak. Compression changes an op's time through the named ru
 ``compression_rules.yaml`` (``compression_rules.py``), per Neural Engine generation: compressed weights are
 read at their stored size (decompressed at load on the CPU), grouped look-up tables cost time, a W8A8
 program's activations move as int8 from the A16 generation on and compute at the int8 rate on chips that
-publish one (A17 Pro, M4 and newer); on the A16 generation, which publishes none, its Neural Engine ops take the
-fitted `w8a8_time_factor` of their time (A16's published W8A8 rows decide it); before A16 its
-quantize/dequantize ops run on their own.
+publish one (A17 Pro, M4 and newer); before A16 its quantize/dequantize ops run on their own.
 """
 
 from __future__ import annotations
@@ -94,7 +92,6 @@ class LatencyTerms:
     flop_s: Any
     byte_s: Any
     time_factor: Any
-    unrated_int8: Any  # numpy bool array: W8A8 ops that take the fitted w8a8_time_factor
     dispatches: Any  # per device
     switch_s: float
     switches: int
@@ -108,7 +105,6 @@ class LatencyTerms:
         eff = np.array([params.efficiency[d] for d in DEVICES])[self.device]
         factor = np.array([params.bandwidth_factor[d] for d in DEVICES])[self.device]
         seconds = np.maximum(self.flop_s / eff, self.byte_s / factor) * self.time_factor
-        seconds = np.where(self.unrated_int8, seconds * params.w8a8_time_factor, seconds)
         per_device = np.bincount(self.device, weights=seconds, minlength=len(DEVICES))
         dispatch = float(self.dispatches @ np.array([params.dispatch_ms[d] for d in DEVICES]))
         return per_device, dispatch, 1e3 * self.switch_s + self.switches * params.switch_overhead_ms
@@ -128,7 +124,7 @@ def latency_terms(analysis: ProgramAnalysis, placement: Placement, chip: ChipPro
     fallback = placement.preferred or "cpu"
     program_fp16 = analysis.precision in ("FLOAT16", "MIXED")
     int8_activations = "quantize" in analysis.op_counts  # W8A8: activations quantized in the program
-    device_ix, flop_s, byte_s, factors, unrated_int8, rules = [], [], [], [], [], []
+    device_ix, flop_s, byte_s, factors, rules = [], [], [], [], []
     dispatches = [0] * len(DEVICES)
     switch_s, switches, unplaced = 0.0, 0, 0
     previous: tuple[str, LayerInfo] | None = None
@@ -148,14 +144,13 @@ def latency_terms(analysis: ProgramAnalysis, placement: Placement, chip: ChipPro
         byte_s.append((layer.bytes * adj.bytes_factor + adj.extra_bytes) / chip.memory.bandwidth
                       if layer.bytes is not None else 0.0)
         factors.append(adj.time_factor)
-        unrated_int8.append(adj.unrated_int8)
         dispatches[DEVICES.index(device)] += 1
         if previous is not None and previous[0] != device:
             switches += 1
             switch_s += output_bytes(previous[1]) / chip.memory.bandwidth
         previous = (device, layer)
     return LatencyTerms(device=np.array(device_ix, dtype=int), flop_s=np.array(flop_s), byte_s=np.array(byte_s),
-                        time_factor=np.array(factors), unrated_int8=np.array(unrated_int8, dtype=bool), dispatches=np.array(dispatches, dtype=float),
+                        time_factor=np.array(factors), dispatches=np.array(dispatches, dtype=float),
                         switch_s=switch_s, switches=switches, unplaced_ops=unplaced, rules=rules)
 
 

@@ -68,21 +68,6 @@ def test_w8a8_is_faster_than_float16_on_a17pro_but_not_on_a14():
     assert older.rules == ["w8a8_unfused_before_a16", "compressed_weights_read_at_stored_size"]
 
 
-def test_the_fitted_w8a8_factor_applies_only_where_the_int8_path_has_no_published_rate():
-    analysis, placement = program("w8a8")
-    base = chip_parameters(calibration(), "a16")[0]  # type: ignore[arg-type]
-    faster = base.model_copy(update={"w8a8_time_factor": 0.5})
-    chips = builtin_chips()
-    for chip_id, moved in (("a16", True), ("m3", True), ("a17pro", False), ("a14", False)):
-        plain = estimate_latency(analysis, placement, chips[chip_id], base.model_copy(update={"w8a8_time_factor": 1}))
-        fitted = estimate_latency(analysis, placement, chips[chip_id], faster)
-        assert (fitted.total_ms < plain.total_ms) is moved, chip_id
-        assert ("w8a8_speedup_without_published_int8_rate" in fitted.rules) is moved, chip_id
-    float16 = program("float16")
-    assert (estimate_latency(*float16, chips["a16"], faster).total_ms
-            == estimate_latency(*float16, chips["a16"], base.model_copy(update={"w8a8_time_factor": 1})).total_ms)
-
-
 def test_palettization_is_not_slower_than_float16_on_a16():
     assert ms("palettize4", "a16") <= ms("float16", "a16")
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 GROUPED = ("fixed_ms", "dispatch_ms", "efficiency.neural_engine")  # per chip and OS (a name or its family)
 BOUNDS = {"efficiency": (0.02, 5.0), "bandwidth_factor": (0.2, 20.0), "dispatch_ms": (1e-5, 0.2),
-          "switch_overhead_ms": (1e-4, 1.0), "fixed_ms": (1e-3, 3.0), "w8a8_time_factor": (0.2, 2.0)}
+          "switch_overhead_ms": (1e-4, 1.0), "fixed_ms": (1e-3, 3.0)}
 SENSITIVITY = math.log(1.02) / math.log(2)  # d log(latency) / d log(parameter) under which it is not determined:
 # doubling it moves no row by 2% (timings of a real Mac scatter by about that much)
 RANK_TOLERANCE = 1e-3  # relative singular value under which a parameter adds nothing the others do not
@@ -59,8 +59,7 @@ def parameters(values: dict[str, float], group: str | None = None) -> Parameters
     return Parameters(efficiency={d: get(f"efficiency.{d}") for d in DEVICES},
                       bandwidth_factor={d: get(f"bandwidth_factor.{d}") for d in DEVICES},
                       dispatch_ms={d: get(f"dispatch_ms.{d}") for d in DEVICES},
-                      switch_overhead_ms=get("switch_overhead_ms"), fixed_ms=get("fixed_ms"),
-                      w8a8_time_factor=values.get("w8a8_time_factor", 1.0))
+                      switch_overhead_ms=get("switch_overhead_ms"), fixed_ms=get("fixed_ms"))
 
 
 def estimated_ms(case: Case, values: dict[str, float]) -> float:
@@ -90,7 +89,7 @@ def candidates(cases: list[Case], grouped: bool) -> list[str]:
     names = named("fixed_ms")
     for d in devices:
         names += [*named(f"efficiency.{d}"), *named(f"bandwidth_factor.{d}"), *named(f"dispatch_ms.{d}")]
-    return [*names, *named("switch_overhead_ms"), "w8a8_time_factor"]
+    return [*names, *named("switch_overhead_ms")]
 
 
 def _jacobian(cases: list[Case], values: dict[str, float], names: list[str]) -> list[list[float]]:
@@ -122,7 +121,6 @@ def determinable(cases: list[Case], values: dict[str, float], names: list[str],
             refused[name] = (f"no measured op ran on the {device.replace('_', ' ')}" if device and not _uses(cases, name)
                              else "no device switch in the runs" if base_name(name) == "switch_overhead_ms"
                              and not _switches(cases, name)
-                             else "no W8A8 run on a chip without a published int8 rate" if name == "w8a8_time_factor"
                              else "doubling it changes no run's latency by 2%")
             continue
         if len(free) >= limit:

@@ -20,8 +20,6 @@ PRIORS: dict[str, tuple[float, str]] = {
     "dispatch_ms.gpu": (0.01, "assumption: one Metal kernel per op; no public figure"),
     "dispatch_ms.cpu": (0.01, "assumption: one BNNS call per op; no public figure"),
     "switch_overhead_ms": (0.05, "assumption: no published figure for a device switch"),
-    "w8a8_time_factor": (1.0, "no speed-up beyond the halved activation traffic where Apple publishes no int8 rate "
-                         "(coremltools' quantization guide states the int8-int8 gain for A17 Pro / M4 only)"),
     "fixed_ms": (0.2, "a per-prediction floor of ~0.1-0.3 ms through Core ML (maderix, M4 direct API + Core ML overhead)"),
 }
 
@@ -34,5 +32,4 @@ def flat(params: Parameters) -> dict[str, float]:
     """`Parameters` as the fit's flat names."""
     values = {f"{kind}.{d}": v for kind in ("efficiency", "bandwidth_factor", "dispatch_ms")
               for d, v in getattr(params, kind).items()}
-    return {**values, "switch_overhead_ms": params.switch_overhead_ms, "fixed_ms": params.fixed_ms,
-            "w8a8_time_factor": params.w8a8_time_factor}
+    return {**values, "switch_overhead_ms": params.switch_overhead_ms, "fixed_ms": params.fixed_ms}
