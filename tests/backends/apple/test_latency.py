@@ -112,8 +112,8 @@ def test_unknown_chip_is_a_one_line_error_with_its_place(write_pipeline):
         load_pipeline(path)
     assert str(info.value) == (
         f"{path}:11:27: targets[0].estimate_on[1]: unknown chip 'a17'; did you mean 'a19'? (known: a14, a15, "
-        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4, a18, a19, a19pro, m3pro, m3ultra, m4pro, m4max, m5; "
-        "add your own under chip_profiles)")
+        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4, a18, a19, a19pro, m3pro, m3ultra, m4pro, m4max, m5, "
+        "m1ultra, m2pro, m2max, m2ultra; add your own under chip_profiles)")
 
 
 def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):
