@@ -20,8 +20,8 @@ Precision: a float32 program never runs on the Neural Engine (the placement sees
 their output dtype's peak. Compression changes an op's time through the named rules of
 ``compression_rules.yaml`` (``compression_rules.py``), per Neural Engine generation: compressed weights are
 read at their stored size (decompressed at load on the CPU), grouped look-up tables cost time, a W8A8
-program's activations move as int8 from the A16 generation on and compute at the int8 rate on chips that
-publish one (A17 Pro, M4 and newer); before A16 its quantize/dequantize ops run on their own.
+program's activations move as int8 from the A16 generation on and compute at the int8 rate only on chips
+that publish one (A17 Pro, M4 and newer); before A16 its quantize/dequantize ops run on their own.
 """
 
 from __future__ import annotations
