@@ -3,25 +3,31 @@
     PYTHONPATH=. python benchmarks/calibrate_latency.py [--write] [--rows CSV]
 
 Each prediction-latency row of ../shared/calibration/ (coreml_latency.csv and published_apple.csv, the only
-figures the model may be fitted to; diffusion, generation and load-time rows are left out and counted, and a
-float16 baseline printed on three pages is one row) is rebuilt with random weights, exported through mlbench's Core ML exporter at the row's precision
-and analysed (calibration_models.py; analyses cached), placed for the row's compute units by
-mlbench's rules, and estimated on the row's chip profile. The fit is mlbench's own
-(mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on measured runs):
-efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the
-fixed cost per prediction and the dispatch per op are per chip and OS (`fit.calibrated` + `fit.per_chip`).
-A chip without rows takes the fixed and per-op costs of the nearest calibrated Neural Engine generation,
-scaled by the two chips' published Neural Engine peaks (calibration/profile.py: transferred), and its band is
-leave-one-chip-out computed the same way. Compressed variants are exported with the row's compression
-(palettization in coremltools' uniform mode: the stored format is what latency depends on) and their band is
-the compressed rows' leave-one-out. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows on A14, A15,
-A16, M1 and M2 (calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row). Pairwise order agreement counts pairs of rows of one model on one chip
-from one page. A parameter is fitted only where
-the rows determine it (it moves some row, adds a direction the others do not, and one row is left for
-leave-one-out); the others keep their sourced priors, with a weak pull towards them all the same.
-Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it)
-and leave-one-chip-out (each chip's rows predicted by a fit that saw none of them: the band of a chip
-without rows, "uncalibrated chip"). `--write` stores the fit in chips.yaml's `fit` section.
+figures the model may be fitted to; generation and load-time rows are left out and counted, and a float16
+baseline printed on three pages is one row, paired with the variants of each page) is rebuilt with random
+weights (MobileCLIP's image encoders as timm's image towers; a W8A8 row's batch norms recalibrated on seeded
+inputs), exported through mlbench's Core ML exporter at the row's precision and analysed (calibration_models.py;
+analyses cached beside the mlbench cache), placed for the row's compute units by mlbench's rules, and
+estimated on the row's chip profile. Stable Diffusion 2.1's UNet stands for its diffusion-speed rows
+(calibration_diffusion.py: a layer-reduced UNet scaled by FLOPs, said in its row): the later table's rows on
+A14, A15, A16, M1 and M2 (Neural Engine) and the superseded June 2023 table's rows on the chips the later one
+does not measure (M1 Ultra, M2 Ultra: the GPU).
+
+The fit is mlbench's own (mlbench/backends/apple/calibration/fitting.py, the one `mlbench calibrate` uses on
+measured runs): efficiency and bandwidth factor per device class and the switch overhead are shared by every chip; the fixed cost per prediction, the dispatch per op and the
+Neural Engine's efficiency are per chip and OS (`fit.calibrated` + `fit.per_chip`). A chip without rows takes
+the fixed and per-op costs of the nearest calibrated Neural Engine generation, as they are within one
+generation, else scaled by the generations' published peaks (calibration/profile.py: transferred,
+cost_scale), and its band is leave-one-chip-out computed the same way. Compressed variants are exported with
+the row's compression (palettization in coremltools' uniform mode: the stored format is what latency depends
+on) and their band is the compressed rows' leave-one-out. A parameter is fitted only where the rows determine
+it (it moves some row, adds a direction the others do not, and one row is left for leave-one-out); the others
+keep their sourced priors, with a weak pull towards them all the same.
+
+Prints every row, the median and worst ratio, leave-one-out (each row predicted by a fit without it),
+leave-one-chip-out (each chip's rows predicted by a fit that saw none of them: the band of a chip without rows,
+"uncalibrated chip"), the compressed rows' band, and pairwise order agreement over pairs of rows of one model
+on one chip printed on one page. `--write` stores the fit in chips.yaml's `fit` section.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from mlbench.backends.apple.calibration.fitting import (
 )
 from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
-from mlbench.backends.apple.calibration.profile import transfer_donor
+from mlbench.backends.apple.calibration.profile import cost_scale, transfer_donor
 from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
 from mlbench.backends.apple.placement import estimate_placement
 
@@ -87,14 +93,15 @@ def transfer_values(values: dict[str, float], free: list[str], group: str, group
         dict[str, float], str]:
     """`values` with what `group` (a chip without rows in this fit) takes from the calibrated chips, as an estimate
     on a chip without rows does (profile.transferred): the fixed and Neural Engine dispatch costs of the nearest
-    generation whose rows decided them, scaled by the two chips' published Neural Engine peaks, and the Neural
-    Engine efficiency of the nearest generation whose rows decided it. `groups`: chip -> its group in the fit."""
+    generation whose rows decided them (profile.cost_scale: as they are within a generation, else scaled by the
+    generations' published peaks), and the Neural Engine efficiency of the nearest generation whose rows decided
+    it. `groups`: chip -> its group in the fit."""
     chips = builtin_chips()
     chip = group.split()[0]
     out, how = dict(values), []
     fixed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"fixed_ms@{g}" in free), chips)
     if fixed is not None:
-        scale = chips[fixed].neural_engine.flops_fp16 / chips[chip].neural_engine.flops_fp16
+        scale = cost_scale(fixed, chip, chips)
         for name in ("fixed_ms", "dispatch_ms.neural_engine"):
             out[f"{name}@{group}"] = values.get(f"{name}@{groups[fixed]}", values[name]) * scale
         how.append(f"costs from {fixed}")
@@ -123,15 +130,16 @@ def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
     return ratios, how
 
 
-def calibration_pairs(cases: list[Case], sources: list[str]):
-    """Index pairs of rows of one model on one chip from one source: what order agreement is judged on."""
+def calibration_pairs(cases: list[Case], sources: list[frozenset[str]]):
+    """Index pairs of rows of one model on one chip printed on one page (a float16 baseline shared by three pages
+    pairs with the variants of each): what order agreement is judged on."""
     for i in range(len(cases)):
         for j in range(i + 1, len(cases)):
-            if (cases[i].model, cases[i].group, sources[i]) == (cases[j].model, cases[j].group, sources[j]):
+            if (cases[i].model, cases[i].group) == (cases[j].model, cases[j].group) and sources[i] & sources[j]:
                 yield i, j
 
 
-def order_agreement(cases: list[Case], sources: list[str], estimates: list[float],
+def order_agreement(cases: list[Case], sources: list[frozenset[str]], estimates: list[float],
                     threshold: float = 1.1) -> tuple[int, int, int, int]:
     """Pairs of rows of one model on one chip from one source: (pairs whose published figures differ by
     `threshold` or more, of them ordered alike by the estimate, all pairs, all ordered alike or tied alike)."""
@@ -149,7 +157,7 @@ def order_agreement(cases: list[Case], sources: list[str], estimates: list[float
     return decisive, agree, total, agree_all
 
 
-def order_evidence(cases: list[Case], sources: list[str], estimates: list[float],
+def order_evidence(cases: list[Case], sources: list[frozenset[str]], estimates: list[float],
                    threshold: float = 1.1) -> dict[str, list[int]]:
     """Per pair of variant kinds ('float16 vs palettized'): [ordered alike, pairs] over the pairs of rows of one
     model on one chip from one source whose published figures differ by `threshold` or more. Reports state an
@@ -187,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             left_out.append(f"{row.label}: export failed ({type(exc).__name__}: {str(exc)[:160]})")
             continue
         cases.append(case_for(row, analysis, estimate_placement(analysis, row.compute_units)))
-        sources.append(row.source.split(":")[-1])
+        sources.append(row.pages)
     if not args.rows:
         diffusion, skipped = load_diffusion()
         left_out += skipped
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         for item in diffusion:
             case = case_for(item.row, unet, estimate_placement(unet, item.row.compute_units))
             cases.append(dataclasses.replace(case, scale=item.scale, label=f"{case.label} (×{item.scale:.2f} layers)"))
-            sources.append(item.row.source.split(":")[-1])
+            sources.append(item.row.pages)
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)

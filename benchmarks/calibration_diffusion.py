@@ -101,30 +101,34 @@ class _Wrapped:
 
 
 def load_diffusion(path: Path = PUBLISHED_PATH) -> tuple[list[DiffusionRow], list[str]]:
-    """The current table's SD 2.1 rows on chips with a profile; what else is left out and why."""
+    """The current table's SD 2.1 rows on chips with a profile, and the superseded June 2023 table's rows on chips
+    the current table does not measure (M1 Ultra, M2 Ultra: the GPU, macOS 14 beta); what else is left out and
+    why."""
     rows, left_out = [], {}
     scale = None
     with path.open(encoding="utf-8") as f:
-        for r in csv.DictReader(f):
-            if not r["unit"].startswith("iterations/s"):
-                continue
-            why = None
-            if not r["model"].startswith("stable-diffusion-2-1-base (apple/"):
-                why = ("superseded June 2023 table (the later table measures the same models)"
-                       if "superseded" in r["model"] else "SDXL: UNet not rebuilt here (2.6B parameters)")
-            elif r["chip"] not in CHIP_IDS:
-                why = f"chip {r['chip']} has no profile"
-            if why is not None:
-                left_out[why] = left_out.get(why, 0) + 1
-                continue
-            scale = scale if scale is not None else flop_scale()
-            units = r["compute_units"].split(" ")[0].lower()
-            figure = float(re.match(r"[\d.]+", r["figure"]).group(0))  # type: ignore[union-attr]
-            row = Row(model=MODEL, build="diffusers:UNet2DConditionModel", input_shape=(BATCH, 4, 64, 64),
-                      chip=CHIP_IDS[r["chip"]], compute_units=units, precision="float16",
-                      latency_ms=1000.0 / figure, source=r["source"], os="iOS",
-                      optimization={"kind": "palettize", "nbits": 6, "mode": "uniform"}, variant="palettize6")
-            rows.append(DiffusionRow(row=row, scale=scale))
+        table = [r for r in csv.DictReader(f) if r["unit"].startswith("iterations/s")]
+    current = {r["chip"] for r in table if r["model"].startswith("stable-diffusion-2-1-base (apple/")}
+    for r in table:
+        why = None
+        superseded = r["model"].startswith("stable-diffusion-2-1-base (superseded")
+        if superseded and r["chip"] in current:
+            why = "superseded June 2023 table, chip measured again in the later table"
+        elif not superseded and not r["model"].startswith("stable-diffusion-2-1-base (apple/"):
+            why = "SDXL: UNet not rebuilt here (2.6B parameters)"
+        elif r["chip"] not in CHIP_IDS:
+            why = f"chip {r['chip']} has no profile"
+        if why is not None:
+            left_out[why] = left_out.get(why, 0) + 1
+            continue
+        scale = scale if scale is not None else flop_scale()
+        units = r["compute_units"].split(" ")[0].lower()
+        figure = float(re.match(r"[\d.]+", r["figure"]).group(0))  # type: ignore[union-attr]
+        row = Row(model=MODEL, build="diffusers:UNet2DConditionModel", input_shape=(BATCH, 4, 64, 64),
+                  chip=CHIP_IDS[r["chip"]], compute_units=units, precision="float16",
+                  latency_ms=1000.0 / figure, source=r["source"], os="macOS" if r["os"].startswith("macOS") else "iOS",
+                  optimization={"kind": "palettize", "nbits": 6, "mode": "uniform"}, variant="palettize6")
+        rows.append(DiffusionRow(row=row, scale=scale))
     return rows, [f"{n} diffusion rows: {why}" for why, n in left_out.items()]
 
 

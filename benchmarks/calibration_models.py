@@ -10,6 +10,7 @@ MobileOne and FastViT are reparameterized for inference as their repositories do
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import re
@@ -19,11 +20,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SHARED = HERE.parent.parent / "shared" / "calibration"  # the calibration folder beside the checkout, if present
+
+
+def _shared_folder() -> Path:
+    """The calibration folder: $MLBENCH_CALIBRATION_DATA, else the first `shared/calibration` beside the checkout
+    or one of its parents (a worktree sits a level deeper than the main checkout)."""
+    import os
+
+    if os.environ.get("MLBENCH_CALIBRATION_DATA"):
+        return Path(os.environ["MLBENCH_CALIBRATION_DATA"])
+    for parent in HERE.parents:
+        if (parent / "shared" / "calibration" / "coreml_latency.csv").exists():
+            return parent / "shared" / "calibration"
+    return HERE.parent.parent / "shared" / "calibration"
+
+
+SHARED = _shared_folder()
 ROWS_PATH = (SHARED if (SHARED / "coreml_latency.csv").exists() else HERE / "calibration") / "coreml_latency.csv"
 PUBLISHED_PATH = SHARED / "published_apple.csv"
 CHIP_IDS = {"A14": "a14", "A15": "a15", "A16": "a16", "M1": "m1", "M1 Pro": "m1pro", "M1 Max": "m1max",
-            "M2": "m2"}  # the chips the calibration rows name -> profile ids
+            "M1 Ultra": "m1ultra", "M2": "m2", "M2 Pro": "m2pro", "M2 Max": "m2max",
+            "M2 Ultra": "m2ultra"}  # the chips the calibration rows name -> profile ids
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,12 @@ class Row:
     optimization: dict | None = None  # the compression the row's variant had (mlbench's `optimizations:` vocabulary)
     variant: str = ""  # the compression in words ('' for the float16 original)
     deployment_target: str | None = None  # the OS the row's model was built for, where the source states it
+    also_in: tuple[str, ...] = ()  # other pages printing the same measurement (a shared float16 baseline)
+
+    @property
+    def pages(self) -> frozenset[str]:
+        """Every page the row's figure is printed on: order pairs are formed within one page."""
+        return frozenset(s.split(":")[-1] for s in (self.source, *self.also_in))
 
     @property
     def label(self) -> str:
@@ -65,8 +88,22 @@ def _published_optimization(text: str) -> tuple[dict | None, str] | None:
     return None
 
 
-def _published_build(build: str) -> tuple[str, str] | None:
-    """(build, model name) for a published row's `build` pointer, or None where it cannot be rebuilt here."""
+MOBILECLIP_IMAGE_TOWERS = {"mobileclip_s0": "fastvit_mci0", "mobileclip_s1": "fastvit_mci1",
+                           "mobileclip_s2": "fastvit_mci2", "mobileclip_b": "vit_base_mci_224",
+                           "same architecture as MobileCLIP-B": "vit_base_mci_224"}
+
+
+def _published_build(build: str, model: str = "") -> tuple[str, str] | None:
+    """(build, model name) for a published row's `build` pointer, or None where it cannot be rebuilt here. A
+    MobileCLIP image encoder is timm's image tower of the same name (fastvit_mci0-4, vit_base_mci_224, ViT-L/14),
+    as open_clip builds it; its text encoder (open_clip's or ml-mobileclip's own text transformer) is not rebuilt."""
+    if "CLIP" in model:
+        if "image encoder" not in model:
+            return None
+        if m := re.search(r"\(timm (\w+)", build):
+            return f"timm:{m.group(1)}", m.group(1)
+        tower = next((t for key, t in MOBILECLIP_IMAGE_TOWERS.items() if key in build), None)
+        return (f"timm:{tower}", tower) if tower else None
     if m := re.match(r"torchvision\.models\.(\w+)\(\)", build):
         return f"torchvision:{m.group(1)}", m.group(1)
     if m := re.match(r"timm\.create_model\('(\w+)'\)", build):
@@ -81,17 +118,18 @@ def load_published(path: Path = PUBLISHED_PATH) -> tuple[list[Row], list[str]]:
     left out. Shared float16 baselines (one measurement printed on three pages) are kept once."""
     rows: list[Row] = []
     left_out: dict[str, int] = {}
-    seen: set[tuple] = set()
+    seen: dict[tuple, int] = {}  # a measurement -> its row's index
     with path.open(encoding="utf-8") as f:
         for r in csv.DictReader(f):
             unit, chip = r["unit"], r["chip"]
             why = None
-            if not unit.startswith("ms") or "load time" in r["what"].lower():
+            if not unit.startswith("ms") or "load time" in r["what"].lower() or "(TTFT)" in r["what"]:
                 why = f"{unit.split(' (')[0]}: not one prediction's latency (generation, diffusion or load time)"
-            built = _published_build(r["build"])
+            built = _published_build(r["build"], r["model"])
             opt = _published_optimization(r["precision"])
             if why is None and built is None:
-                why = "architecture not rebuildable here (CenterNet head not public; open_clip not installed)"
+                why = ("MobileCLIP text encoder: open_clip's / ml-mobileclip's text transformer not rebuilt here"
+                       if "text encoder" in r["model"] else "architecture not rebuildable here (CenterNet head not public)")
             if why is None and opt is None:
                 why = f"precision not rebuilt: {r['precision'][:40]}"
             if why is None and chip not in CHIP_IDS:
@@ -102,9 +140,11 @@ def load_published(path: Path = PUBLISHED_PATH) -> tuple[list[Row], list[str]]:
             assert built is not None and opt is not None
             build, model = built
             key = (build, chip, opt[1], r["figure"])
-            if key in seen:
+            if key in seen:  # one measurement printed on several pages: one row, paired on every page
+                first = rows[seen[key]]
+                rows[seen[key]] = dataclasses.replace(first, also_in=(*first.also_in, r["source"]))
                 continue
-            seen.add(key)
+            seen[key] = len(rows)
             size = 256 if model.startswith("fastvit") else 224
             platform = "iOS" if "iphone" in r["device"].lower() or "ipad" in r["device"].lower() else "macOS"
             # the compression pages measured on iOS 17, their float16 baselines too: export those at iOS17, so
@@ -140,8 +180,37 @@ def load_rows(path: Path = ROWS_PATH) -> list[Row]:
     return rows
 
 
+def quantizes_activations(row: Row) -> bool:
+    return bool(row.optimization) and row.optimization.get("kind") == "linear_quantize_activations"  # type: ignore[union-attr]
+
+
+def recalibrate_batch_norms(module, shape: tuple[int, ...], batches: int = 4):
+    """Batch-norm statistics of `module` re-estimated on seeded inputs, as after training: with random weights and
+    the initial statistics (mean 0, variance 1) some activations are negative on every input, so a ReLU leaves a
+    tensor that is 0 everywhere and activation quantization cannot choose its scale. Matched statistics centre
+    every channel, as a trained network's are; the architecture, FLOPs and stored sizes do not change."""
+    import torch
+
+    norms = [m for m in module.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    for norm in norms:
+        norm.reset_running_stats()
+        norm.momentum = None  # a cumulative average over the batches
+    generator = torch.Generator().manual_seed(1)
+    module.train()
+    with torch.no_grad():
+        for _ in range(batches):
+            module(torch.randn((8, *shape[1:]), generator=generator))
+    return module.eval()
+
+
 def build_module(row: Row):
-    """The row's model with seeded random weights, reparameterized for inference where it applies."""
+    """The row's model with seeded random weights, reparameterized for inference where it applies (and, for a row
+    that quantizes activations, its batch norms recalibrated: recalibrate_batch_norms)."""
+    module = _build_module(row)
+    return recalibrate_batch_norms(module, row.input_shape) if quantizes_activations(row) else module
+
+
+def _build_module(row: Row):
     import torch
 
     torch.manual_seed(0)
@@ -180,6 +249,8 @@ def _key(row: Row) -> str:
              version("coremltools"), version("torch"), version("timm"), _code_digest()]
     if row.deployment_target and not row.optimization:  # compressed rows are exported at iOS17 anyway
         parts.append(row.deployment_target)
+    if quantizes_activations(row):
+        parts.append("batch-norms-recalibrated")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 

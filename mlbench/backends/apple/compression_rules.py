@@ -107,6 +107,8 @@ def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) 
             applied.append(rule["id"])
         if "sparse_to_dense" in (layer.weight_storage or ""):
             applied.append("sparse_weights_skip_no_compute")
+        if "shift_scale" in (layer.weight_storage or "") and device == "gpu":
+            applied.append("block_quantized_weights_read_packed_on_gpu")
     if w8a8 and device == "neural_engine":
         path = rules["w8a8_int8_activation_traffic"]
         if gen is not None and gen >= GENERATIONS.index(path["from_generation"]):

@@ -149,3 +149,20 @@ def test_a_compressed_variant_carries_the_compressed_rows_band_and_its_kind():
     assert parts["a16"]["kind"] == "palettized" and parts["a16"]["order_evidence"] == fit.order_evidence
     plain, _ = latency_metrics(*program("float16"), ["a16"])
     assert plain["latency.estimated.a16"].band != calibrated  # float16 keeps the chip's own band
+
+
+def test_block_quantized_weights_on_the_gpu_are_read_packed_and_named():
+    analysis, _ = program("float16", blocks=1)
+    packed = analysis.model_copy(deep=True)
+    conv = packed.layers[0]
+    conv.weight_storage = "blockwise_shift_scale(int4 data, fp16 scale)"
+    conv.weight_bytes = CONV["params"] // 2 + CONV["params"] // 32 * 2  # int4 and one float16 scale per 32
+    conv.bytes = 2 * 2 * 256 * 784 + conv.weight_bytes
+    gpu = Placement(source="estimated", method="test", preferred="gpu", compute_ops=1, constants=0,
+                    by_count={"gpu": 1.0}, switches=0, ops=[OpPlacement(name="conv_0", op_type="conv", device="gpu")])
+    chip, params = builtin_chips()["m1max"], chip_parameters(calibration(), "m1max")[0]  # type: ignore[arg-type]
+    plain, int4 = estimate_latency(analysis, gpu, chip, params), estimate_latency(packed, gpu, chip, params)
+    assert "block_quantized_weights_read_packed_on_gpu" in int4.rules
+    assert "block_quantized_weights_read_packed_on_gpu" not in plain.rules
+    assert int4.total_ms <= plain.total_ms
+    assert any(r["id"] == "block_quantized_weights_read_packed_on_gpu" for r in apple_rule_table())

@@ -70,7 +70,8 @@ def test_placement_decides_the_device_and_float32_pays_the_cpu_rate():
 def test_every_chip_has_every_number_with_a_source():
     chips = load_chip_file()
     assert set(chips.chips) == {"a14", "a15", "a16", "a17pro", "a18", "a18pro", "a19", "a19pro", "m1", "m1pro", "m1max",
-                                "m2", "m3", "m3pro", "m3max", "m3ultra", "m4", "m4pro", "m4max", "m5"}
+                                "m1ultra", "m2", "m2pro", "m2max", "m2ultra", "m3", "m3pro", "m3max", "m3ultra", "m4",
+                                "m4pro", "m4max", "m5"}
     assert all(p.neural_engine.generation for p in chips.chips.values())
     for chip in chips.chips.values():
         for group in (chip.neural_engine, chip.gpu, chip.cpu, chip.memory):
@@ -111,8 +112,8 @@ def test_unknown_chip_is_a_one_line_error_with_its_place(write_pipeline):
         load_pipeline(path)
     assert str(info.value) == (
         f"{path}:11:27: targets[0].estimate_on[1]: unknown chip 'a17'; did you mean 'a19'? (known: a14, a15, "
-        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4, a18, a19, a19pro, m3pro, m3ultra, m4pro, m4max, m5; "
-        "add your own under chip_profiles)")
+        "a16, a17pro, a18pro, m1, m1pro, m1max, m2, m3, m3max, m4, a18, a19, a19pro, m3pro, m3ultra, m4pro, m4max, m5, "
+        "m1ultra, m2pro, m2max, m2ultra; add your own under chip_profiles)")
 
 
 def test_own_chip_profiles_are_validated_like_the_rest(write_pipeline):

@@ -150,13 +150,14 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
         params = transferred(fit, chip_id, chips)
         over = ", ".join(fit.uncalibrated_chips) or ", ".join(sorted(fit.per_chip))
         speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
+        same = chips[donor].neural_engine.generation == chips[chip_id].neural_engine.generation
+        how = ": the same engine" if same else ", scaled by the two generations' published peaks"
         engine = (f"; its Neural Engine's efficiency from {speed}" if speed is not None and speed != donor else "")
         return params, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
             basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so its fixed and per-op costs carry "
-            f"from {donor} (nearest calibrated Neural Engine generation), scaled by the two chips' published Neural "
-            f"Engine peaks{engine}; band: leave-one-chip-out over {over} (each chip's rows predicted by a fit "
-            f"without them); calibrated {fit.date}")
+            f"from {donor} (nearest calibrated Neural Engine generation{how}){engine}; band: leave-one-chip-out over "
+            f"{over} (each chip's rows predicted by a fit without them); calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
 
 
@@ -193,17 +194,29 @@ def transfer_donor(chip_id: str, calibrated: list[str], chips: dict[str, ChipPro
     return min(scored)[-1] if scored else None
 
 
+def cost_scale(donor: str, chip_id: str, chips: dict[str, ChipProfile]) -> float:
+    """What a donor's fixed and per-op Neural Engine costs are multiplied by on `chip_id`: 1 within one Neural Engine
+    generation (the same engine design: an M1 Ultra's 32 cores or an M3's clock do not make Core ML's per-op work
+    cheaper), else the ratio of the two generations' published peaks, each generation's named by its first phone
+    chip (A14 11, A15 15.8, A16 17, A17 Pro 17.5 float16 TFLOPS): a newer engine runs its fixed work faster by about
+    what Apple says the generation gained, not by how many cores a die adds."""
+    donor_gen, target_gen = chips[donor].neural_engine.generation, chips[chip_id].neural_engine.generation
+    if donor_gen == target_gen or donor_gen not in chips or target_gen not in chips:
+        return 1.0
+    return chips[donor_gen].neural_engine.flops_fp16 / chips[target_gen].neural_engine.flops_fp16
+
+
 def transferred(fit: Fit, chip_id: str, chips: dict[str, ChipProfile]) -> Parameters:
     """What `chip_id` takes from calibrated chips where its own rows decide nothing (or it has none): the fixed
-    and per-op Neural Engine costs of the nearest calibrated generation whose rows decided them, scaled by the
-    ratio of the two chips' published Neural Engine peaks (a faster engine runs its fixed work faster), and the
-    Neural Engine efficiency of the nearest generation whose rows decided that. Its own fitted values stay."""
+    and per-op Neural Engine costs of the nearest calibrated generation whose rows decided them (as they are within
+    one generation, else scaled by the generations' published peaks: cost_scale), and the Neural Engine efficiency
+    of the nearest generation whose rows decided that. Its own fitted values stay."""
     shared = fit.calibrated or fit.parameters
     params = shared
     donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
     if donor is not None:
         costs = _own(fit, donor)
-        scale = chips[donor].neural_engine.flops_fp16 / chips[chip_id].neural_engine.flops_fp16
+        scale = cost_scale(donor, chip_id, chips)
         dispatch = dict(costs.dispatch_ms)
         dispatch["neural_engine"] = dispatch["neural_engine"] * scale
         params = params.model_copy(update={"fixed_ms": (costs.fixed_ms * scale), "dispatch_ms": dispatch})
