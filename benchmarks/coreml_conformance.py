@@ -2,6 +2,7 @@
 
     python benchmarks/coreml_conformance.py                      # the whole shipped suite (long)
     python benchmarks/coreml_conformance.py iOS14/test_recurrent.py -k "TestGRU"   # any pytest selection
+    python benchmarks/coreml_conformance.py --json=cases.json ...   # also each case's outcome and detail
 
 Each op test builds a program with the MIL builder and hands it, with numpy expected outputs and
 tolerances, to ``compare_backend`` (which on macOS runs Core ML). Here that helper is replaced: the
@@ -21,6 +22,8 @@ Counts are per test class (``TestGRU`` -> ``gru``). The suite is the installed c
 
 from __future__ import annotations
 
+import gc
+import json
 import os
 import re
 import sys
@@ -31,6 +34,7 @@ PINNED_COREMLTOOLS = "9.0"
 FP16_ULPS = 16  # float16 rounding of inputs and of each op's intermediates, a few ops deep
 OUTCOMES = ("pass", "wrong", "unsupported", "crash", "n/a")
 _results: dict[str, str] = {}
+_details: dict[str, str] = {}  # node -> why it was not a pass (error, largest difference, missing ops)
 _flat_fp16_pass: set[str] = set()  # wrong by ulps, within coremltools' flat fp16 tolerance
 _RANK = {o: i for i, o in enumerate(("n/a", "pass", "wrong", "unsupported", "crash"))}
 
@@ -39,10 +43,12 @@ def _node() -> str:
     return os.environ.get("PYTEST_CURRENT_TEST", "?").split(" (")[0]
 
 
-def _record(outcome: str) -> None:
+def _record(outcome: str, detail: str = "") -> None:
     node = _node()
     if _RANK[outcome] >= _RANK.get(_results.get(node, "n/a"), 0):
         _results[node] = outcome
+        if detail:
+            _details[node] = detail
 
 
 def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype="fp32", atol=1e-04,
@@ -57,25 +63,39 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
         return None
     try:
         outputs = Emulator(load_program(mlmodel.package_path)).run(dict(input_key_values))
-    except UnsupportedOps:
-        _record("unsupported")
+    except UnsupportedOps as error:
+        _record("unsupported", str(error))
         return None
-    except Exception:  # noqa: BLE001 - a crash of the interpreter is what is counted
-        _record("crash")
+    except Exception as error:  # noqa: BLE001 - a crash of the interpreter is what is counted
+        _record("crash", f"{type(error).__name__}: {error}"[:300])
         return None
     for name, expected in expected_outputs.items():
         got = outputs.get(name)
         expected = np.asarray(expected)
         if got is None or (also_compare_shapes and got.shape != expected.shape):
-            _record("wrong")
+            _record("wrong", f"{name}: shape {None if got is None else got.shape}, expected {expected.shape}")
             return outputs
         if np.mean(~within(got, expected, dtype, atol, rtol)) > allow_mismatch_ratio:
             if dtype == "fp16" and np.mean(~within(got, expected, "flat16", atol, rtol)) <= allow_mismatch_ratio:
                 _flat_fp16_pass.add(_node())
-            _record("wrong")
+            _record("wrong", f"{name}: {_difference(got, expected)} ({dtype})")
             return outputs
     _record("pass")
     return outputs
+
+
+def _difference(got, expected) -> str:
+    import numpy as np
+
+    got, expected = np.asarray(got, dtype=np.float64), np.asarray(expected, dtype=np.float64)
+    if got.size == 0:
+        return "empty"
+    with np.errstate(invalid="ignore"):
+        off = np.abs(got - expected)
+    off[(got == expected) | (np.isnan(got) & np.isnan(expected))] = 0.0
+    worst = int(np.nanargmax(off)) if np.isfinite(off).any() else 0
+    return (f"max |diff| {np.nanmax(off):.3g} at {worst} (got {got.flat[worst]:.6g}, expected "
+            f"{expected.flat[worst]:.6g}), {int(np.sum(off > 0))}/{off.size} differ")
 
 
 def within(got, expected, dtype: str, atol: float, rtol: float):
@@ -110,6 +130,9 @@ def install() -> Path:
 
     op_utils.compare_backend = emulated_compare_backend
     utils.compare_backend = emulated_compare_backend
+    # ct.convert ends with gc.collect(): over torch's and executorch's imported objects that is ~1.7 s a
+    # case, 90% of the suite's time. Frozen, the objects already loaded are never scanned again.
+    gc.freeze()
     return Path(op_utils.__file__).parent
 
 
@@ -142,6 +165,8 @@ def main(argv: list[str]) -> int:
     import coremltools
     import pytest
 
+    json_path = next((Path(a.split("=", 1)[1]).resolve() for a in argv if a.startswith("--json=")), None)
+    argv = [a for a in argv if not a.startswith("--json=")]
     folder = install()
     if coremltools.__version__ != PINNED_COREMLTOOLS:
         print(f"note: counts are pinned to coremltools {PINNED_COREMLTOOLS}; installed {coremltools.__version__}")
@@ -152,6 +177,10 @@ def main(argv: list[str]) -> int:
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header", "-rN", "--tb=no",
                  *selection], plugins=[_Collector()])
     print(table(_results))
+    if json_path:
+        cases = {node: {"op": op_of(node), "outcome": outcome, "detail": _details.get(node, ""),
+                        "flat_fp16_pass": node in _flat_fp16_pass} for node, outcome in sorted(_results.items())}
+        json_path.write_text(json.dumps({"coremltools": coremltools.__version__, "cases": cases}, indent=1))
     if _flat_fp16_pass:
         ops = Counter(op_of(n) for n in _flat_fp16_pass)
         print(f"wrong by float16 ulps but within coremltools' flat fp16 tolerance: {len(_flat_fp16_pass)} "
