@@ -239,6 +239,7 @@ class OnnxruntimeBackend(Backend):
 
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
         from mlbench.memory import MemoryMeter
+        from mlbench.sources.float64 import float64_snr_db
         from mlbench.timing import time_calls, time_once
         from mlbench.verify import compare_samples
 
@@ -272,9 +273,11 @@ class OnnxruntimeBackend(Backend):
                           list(session.run(None, _feed(session, model, index, alternative)))))
         session = None  # release the timed session before the profiled one starts
 
+        own = ((lambda: float64_snr_db(model, self.config.verify.samples, alternative))
+               if precision == "float32" else None)  # the floor is capped at the reference's own precision
         verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
                                   min_snr_db=self.config.verify.min_snr_db_for(precision),
-                                  reference_name=REFERENCE) if model.has_source else None)
+                                  reference_name=REFERENCE, reference_precision_db=own) if model.has_source else None)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
         folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))
