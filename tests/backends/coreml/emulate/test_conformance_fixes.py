@@ -93,3 +93,21 @@ def test_upsample_nearest_neighbor_fractional_scale_maps_by_the_sizes():
         == [1.5, -2.5, 3.5, 1.5, -2.5, 3.5]
     assert up(x=x, scale_factor_height=torch.tensor(3.17), scale_factor_width=torch.tensor(0.67)).flatten().tolist() \
         == [1.5, -2.5] * 3  # 3 // 2: sources 0 and floor(1 * 3 / 2) = 1
+
+
+def test_local_response_norm_normalizes_across_axis_minus_3_whatever_the_rank():
+    # coremltools' op test: x [1, 3, 2], size 2 -- axis -3 has one element, so each is divided by
+    # (k + alpha / size * x**2) ** beta of itself alone (torch's would mix channels 0..2 of axis 1).
+    x = np.array([[[1.0, -7.0], [5.0, -6.0], [-3.0, -5.0]]])
+    expected = x / (1.0 + 1e-4 / 2 * x**2) ** 0.75
+    got = KERNELS["local_response_norm"].fn(x=torch.tensor(x, dtype=torch.float32), size=2)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(expected[0, 1, 1], -5.99191284, rtol=1e-7)  # the op test's expected value
+    # rank 4 [N, C, H, W]: across C, a window of `size` channels (size 3: c-1..c+1)
+    x4 = np.arange(1.0, 13.0).reshape(1, 3, 2, 2)
+    sums = np.stack([x4[0, 0] ** 2 + x4[0, 1] ** 2, x4[0, 0] ** 2 + x4[0, 1] ** 2 + x4[0, 2] ** 2,
+                     x4[0, 1] ** 2 + x4[0, 2] ** 2])[None]
+    expected4 = x4 / (2.0 + 0.01 / 3 * sums) ** 0.5
+    got4 = KERNELS["local_response_norm"].fn(x=torch.tensor(x4, dtype=torch.float32), size=3, alpha=0.01, beta=0.5,
+                                             k=2.0)
+    np.testing.assert_allclose(got4.numpy(), expected4, rtol=1e-6)
