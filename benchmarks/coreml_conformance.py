@@ -3,6 +3,7 @@
     python benchmarks/coreml_conformance.py                      # the whole shipped suite (long)
     python benchmarks/coreml_conformance.py iOS14/test_recurrent.py -k "TestGRU"   # any pytest selection
     python benchmarks/coreml_conformance.py --json=cases.json ...   # also each case's outcome and detail
+    python benchmarks/coreml_conformance.py --sample=2   # every test function, 2 parametrisations each (CI)
 
 Each op test builds a program with the MIL builder and hands it, with numpy expected outputs and
 tolerances, to ``compare_backend`` (which on macOS runs Core ML). Here that helper is replaced: the
@@ -14,7 +15,8 @@ coremltools' flat ``max(100 * atol, 0.5)``/``max(100 * rtol, 0.05)``: that toler
 reset gate (0.045 off) and a wrong LSTM clip (0.31 off) pass. A float16 case that fails by ulps
 but is within the flat tolerance is counted wrong and listed under the table, so a reader can tell
 those from gross errors. Each case counts as
-pass / wrong / unsupported / crash, or n/a (never reached the comparison: the neuralnetwork backend,
+pass / doubtful (the test's own expected values are off: see ``DOUBTFUL_CAUSES``) / wrong / unsupported /
+crash, or n/a (never reached the comparison: the neuralnetwork backend,
 type-inference-only tests, tests expecting the converter to reject the program, stateful programs).
 Counts are per test class (``TestGRU`` -> ``gru``). The suite is the installed coremltools' own:
 ``PINNED_COREMLTOOLS`` says which one these counts were taken against.
@@ -32,11 +34,18 @@ from pathlib import Path
 
 PINNED_COREMLTOOLS = "9.0"
 FP16_ULPS = 16  # float16 rounding of inputs and of each op's intermediates, a few ops deep
-OUTCOMES = ("pass", "wrong", "unsupported", "crash", "n/a")
+OUTCOMES = ("pass", "doubtful", "wrong", "unsupported", "crash", "n/a")
 _results: dict[str, str] = {}
 _details: dict[str, str] = {}  # node -> why it was not a pass (error, largest difference, missing ops)
 _flat_fp16_pass: set[str] = set()  # wrong by ulps, within coremltools' flat fp16 tolerance
-_RANK = {o: i for i, o in enumerate(("n/a", "pass", "wrong", "unsupported", "crash"))}
+_RANK = {o: i for i, o in enumerate(("n/a", "pass", "doubtful", "wrong", "unsupported", "crash"))}
+DOUBTFUL_CAUSES: list[tuple[str, str]] = [
+    # (a pytest node id pattern, why that test's expected values are not what the program computes)
+    (r"TestCropResize::test_builder_to_backend_ios1[67]", "expected value written to 3 decimals: 7.899 for "
+     "x[1.5, 0.9] = 4 * 1.5 + 0.9 + 1 = 7.9 on x[r, c] = 4r + c + 1, at the test's atol 1e-4"),
+]
+"""Cases counted apart as the test's own fault: only where a float64 run of the program as stored agrees
+with the interpreter and not with the expected values (``_doubtful_reason``), for a cause named here."""
 
 
 def _node() -> str:
@@ -62,13 +71,17 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
         _record("n/a")
         return None
     try:
-        outputs = Emulator(load_program(mlmodel.package_path)).run(dict(input_key_values))
+        program = load_program(mlmodel.package_path)
+        emulator = Emulator(program)
+        outputs = emulator.run(dict(input_key_values))
     except UnsupportedOps as error:
         _record("unsupported", str(error))
         return None
     except Exception as error:  # noqa: BLE001 - a crash of the interpreter is what is counted
         _record("crash", f"{type(error).__name__}: {error}"[:300])
         return None
+    if _takes_or_returns_float16(program):
+        dtype = "fp16"  # a float16 program (fp16 inputs and weights) under a "fp32" backend label is float16
     for name, expected in expected_outputs.items():
         got = outputs.get(name)
         expected = np.asarray(expected)
@@ -78,10 +91,65 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
         if np.mean(~within(got, expected, dtype, atol, rtol)) > allow_mismatch_ratio:
             if dtype == "fp16" and np.mean(~within(got, expected, "flat16", atol, rtol)) <= allow_mismatch_ratio:
                 _flat_fp16_pass.add(_node())
-            _record("wrong", f"{name}: {_difference(got, expected)} ({dtype})")
+            detail = f"{name}: {_difference(got, expected)} ({dtype})"
+            exact = _float64_run(program, input_key_values, name)
+            reason = _doubtful_reason(got, expected, exact, dtype, atol, rtol, allow_mismatch_ratio)
+            if reason:
+                _record("doubtful", f"{detail}; {reason}")
+            else:
+                _record("wrong", detail + ("" if exact is None else f"; float64 run of the program: "
+                                           f"{_difference(got, exact)}"))
             return outputs
     _record("pass")
     return outputs
+
+
+def _takes_or_returns_float16(program) -> bool:
+    """Whether the program's inputs or outputs are float16: its precision is float16's whatever the test's
+    backend label (coremltools' fp32 "backend" runs programs built with fp16 placeholders as they are)."""
+    return any(info.dtype == "fp16" for _name, info in program.inputs) or any(
+        _output_dtype(program, name) == "fp16" for name in program.main.outputs)
+
+
+def _output_dtype(program, name: str) -> str | None:
+    for op in program.main.ops:
+        for output, info in op.outputs:
+            if output == name:
+                return info.dtype
+    return None
+
+
+def _float64_run(program, inputs, name):
+    """The program's output ``name`` computed in float64 from its weights and inputs as stored, rounded to the
+    output's declared type (what an exact device returns); None when the interpreter cannot run it so."""
+    from mlbench.backends.coreml.emulate import Emulator
+
+    try:
+        return Emulator(program, "float64").run(dict(inputs)).get(name)
+    except Exception:  # noqa: BLE001 - a kernel that mixes dtypes: no float64 evidence
+        return None
+
+
+def _doubtful_reason(got, expected, exact, dtype, atol, rtol, allowed) -> str | None:
+    """Why the test's expected values, not the kernel, are at fault; None when the evidence does not show it.
+
+    The float64 run shares the interpreter's kernels, so it cannot clear a kernel of a logic error; what it
+    shows is that the interpreter computes the program as stored (within the tolerance) while the expected
+    values are off from it: they were computed from something else (weights and inputs before their float16
+    cast, or a float16 rounding of the reference). Only the causes in ``DOUBTFUL_CAUSES`` are counted so."""
+    import numpy as np
+
+    if exact is None:
+        return None
+    kernel_ok = np.mean(~within(got, exact, dtype, atol, rtol)) <= allowed
+    expected_off = np.mean(~within(expected, exact, dtype, atol, rtol)) > allowed
+    if not (kernel_ok and expected_off):
+        return None
+    node = _node()
+    for pattern, cause in DOUBTFUL_CAUSES:
+        if re.search(pattern, node):
+            return f"{cause} (the expected values are {_difference(expected, exact)} from the float64 run)"
+    return None
 
 
 def _difference(got, expected) -> str:
@@ -156,6 +224,26 @@ def table(results: dict[str, str]) -> str:
 
 
 class _Collector:
+    def __init__(self, sample: int | None = None) -> None:
+        self.sample = sample
+
+    def pytest_collection_modifyitems(self, session, config, items):
+        """``--sample=N``: of each test function's parametrisations, N spread evenly (first and last
+        included), so that every op's every test function runs, in a few minutes."""
+        if not self.sample:
+            return
+        groups: dict[str, list] = defaultdict(list)
+        for item in items:
+            groups[item.nodeid.split("[")[0]].append(item)
+        keep = set()
+        for group in groups.values():
+            count = min(self.sample, len(group))
+            picks = {round(i * (len(group) - 1) / max(count - 1, 1)) for i in range(count)}
+            keep |= {id(group[i]) for i in picks}
+        deselected = [item for item in items if id(item) not in keep]
+        items[:] = [item for item in items if id(item) in keep]
+        config.hook.pytest_deselected(items=deselected)
+
     def pytest_runtest_logreport(self, report):  # a test that never compared is n/a
         if report.when == "call" or (report.when == "setup" and report.skipped):
             _results.setdefault(report.nodeid, "n/a")
@@ -166,7 +254,8 @@ def main(argv: list[str]) -> int:
     import pytest
 
     json_path = next((Path(a.split("=", 1)[1]).resolve() for a in argv if a.startswith("--json=")), None)
-    argv = [a for a in argv if not a.startswith("--json=")]
+    sample = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--sample=")), None)
+    argv = [a for a in argv if not a.startswith(("--json=", "--sample="))]
     folder = install()
     if coremltools.__version__ != PINNED_COREMLTOOLS:
         print(f"note: counts are pinned to coremltools {PINNED_COREMLTOOLS}; installed {coremltools.__version__}")
@@ -175,7 +264,7 @@ def main(argv: list[str]) -> int:
         selection.insert(0, str(folder))
     os.chdir(folder.parent)
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header", "-rN", "--tb=no",
-                 *selection], plugins=[_Collector()])
+                 *selection], plugins=[_Collector(sample)])
     print(table(_results))
     if json_path:
         cases = {node: {"op": op_of(node), "outcome": outcome, "detail": _details.get(node, ""),
