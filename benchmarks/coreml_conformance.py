@@ -4,12 +4,14 @@
     python benchmarks/coreml_conformance.py iOS14/test_recurrent.py -k "TestGRU"   # any pytest selection
     python benchmarks/coreml_conformance.py --json=cases.json ...   # also each case's outcome and detail
     python benchmarks/coreml_conformance.py --sample=2   # every test function, 2 parametrisations each (CI)
+    python benchmarks/coreml_conformance.py --table=cases.json   # the per-op and per-family tables of a saved run
 
 Each op test builds a program with the MIL builder and hands it, with numpy expected outputs and
 tolerances, to ``compare_backend`` (which on macOS runs Core ML). Here that helper is replaced: the
 program, already converted by the test to an ML program at its deployment target and precision, is
 run by ``mlbench.backends.coreml.emulate`` and compared with the expected outputs. float32 programs
-use the test's own atol/rtol. float16 programs are judged by float16 ulps of the expected value
+use the test's own atol/rtol. float16 programs (a program taking or returning float16 is one, whatever
+the test's backend label says) are judged by float16 ulps of the expected value
 (``FP16_ULPS`` of ``max(|expected|, max|expected| / 16)``, plus the test's float32 atol), not by
 coremltools' flat ``max(100 * atol, 0.5)``/``max(100 * rtol, 0.05)``: that tolerance let a wrong GRU
 reset gate (0.045 off) and a wrong LSTM clip (0.31 off) pass. A float16 case that fails by ulps
@@ -211,12 +213,18 @@ def op_of(node: str) -> str:
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
 
 
-def table(results: dict[str, str]) -> str:
+def family_of(node: str) -> str:
+    """The op family: the test file's name (``tests/iOS17/test_conv.py::...`` -> ``conv``)."""
+    return re.sub(r"^test_", "", Path(node.split("::")[0]).stem)
+
+
+def table(results: dict[str, str], key=None, label: str = "op") -> str:
+    key = key or op_of
     per_op: dict[str, Counter] = defaultdict(Counter)
     for node, outcome in results.items():
-        per_op[op_of(node)][outcome] += 1
+        per_op[key(node)][outcome] += 1
     total: Counter = Counter(results.values())
-    lines = [f"{'op':<32}" + "".join(f"{o:>12}" for o in OUTCOMES)]
+    lines = [f"{label:<32}" + "".join(f"{o:>12}" for o in OUTCOMES)]
     for op in sorted(per_op):
         lines.append(f"{op:<32}" + "".join(f"{per_op[op][o]:>12}" for o in OUTCOMES))
     lines.append(f"{'TOTAL':<32}" + "".join(f"{total[o]:>12}" for o in OUTCOMES))
@@ -253,6 +261,12 @@ def main(argv: list[str]) -> int:
     import coremltools
     import pytest
 
+    saved = next((Path(a.split("=", 1)[1]) for a in argv if a.startswith("--table=")), None)
+    if saved is not None:  # the tables of a saved --json run, without running anything
+        cases = json.loads(saved.read_text())["cases"]
+        results = {node: case["outcome"] for node, case in cases.items()}
+        print(table(results), table(results, family_of, "family"), sep="\n\n")
+        return 0
     json_path = next((Path(a.split("=", 1)[1]).resolve() for a in argv if a.startswith("--json=")), None)
     sample = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--sample=")), None)
     argv = [a for a in argv if not a.startswith(("--json=", "--sample="))]
@@ -265,7 +279,7 @@ def main(argv: list[str]) -> int:
     os.chdir(folder.parent)
     pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header", "-rN", "--tb=no",
                  *selection], plugins=[_Collector(sample)])
-    print(table(_results))
+    print(table(_results), table(_results, family_of, "family"), sep="\n\n")
     if json_path:
         cases = {node: {"op": op_of(node), "outcome": outcome, "detail": _details.get(node, ""),
                         "flat_fp16_pass": node in _flat_fp16_pass} for node, outcome in sorted(_results.items())}

@@ -111,3 +111,22 @@ def test_local_response_norm_normalizes_across_axis_minus_3_whatever_the_rank():
     got4 = KERNELS["local_response_norm"].fn(x=torch.tensor(x4, dtype=torch.float32), size=3, alpha=0.01, beta=0.5,
                                              k=2.0)
     np.testing.assert_allclose(got4.numpy(), expected4, rtol=1e-6)
+
+
+def test_a_scalar_fed_to_an_input_declared_as_shape_1_is_taken(tmp_path):
+    # coremltools declares a rank-0 placeholder as shape [1]; its op tests (one_hot, range_1d) feed scalars
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    from mlbench.backends.coreml.emulate import Emulator, load_program
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1,))], opset_version=ct.target.iOS15)
+    def prog(x):
+        return mb.mul(x=x, y=np.float32(2.0))
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS15)
+    model.save(str(tmp_path / "m.mlpackage"))
+    emulator = Emulator(load_program(tmp_path / "m.mlpackage"))
+    (name,) = emulator.program.input_names
+    out = list(emulator.run({name: np.float32(3.0)}).values())[0]
+    assert out.tolist() == [6.0]
