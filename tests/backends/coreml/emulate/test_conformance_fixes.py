@@ -128,5 +128,5 @@ def test_a_scalar_fed_to_an_input_declared_as_shape_1_is_taken(tmp_path):
     model.save(str(tmp_path / "m.mlpackage"))
     emulator = Emulator(load_program(tmp_path / "m.mlpackage"))
     (name,) = emulator.program.input_names
-    out = list(emulator.run({name: np.float32(3.0)}).values())[0]
+    out = next(iter(emulator.run({name: np.float32(3.0)}).values()))
     assert out.tolist() == [6.0]

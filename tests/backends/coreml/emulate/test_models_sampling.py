@@ -64,7 +64,7 @@ def test_fractional_nearest_where_core_ml_and_torch_read_different_pixels(tmp_pa
     x = torch.arange(5.0).reshape(1, 1, 1, 5)
     package = export(Nearest((1.0, 1.7)).eval(), [x], ["in0"], tmp_path)
     got = emulate_package(package, {"in0": x.numpy()})
-    assert list(got.values())[0].flatten().tolist() == [0, 0, 1, 1, 2, 3, 3, 4]
+    assert next(iter(got.values())).flatten().tolist() == [0, 0, 1, 1, 2, 3, 3, 4]
     assert eager(Nearest((1.0, 1.7)), [x])[0].flatten().tolist() == [0, 0, 1, 1, 2, 2, 3, 4]
 
 
