@@ -45,6 +45,10 @@ DOUBTFUL_CAUSES: list[tuple[str, str]] = [
     # (a pytest node id pattern, why that test's expected values are not what the program computes)
     (r"TestCropResize::test_builder_to_backend_ios1[67]", "expected value written to 3 decimals: 7.899 for "
      "x[1.5, 0.9] = 4 * 1.5 + 0.9 + 1 = 7.9 on x[r, c] = 4r + c + 1, at the test's atol 1e-4"),
+    (r"test_conv\.py::TestConv(Transpose)?::test_builder_to_backend_stress", "expected computed by torch from the "
+     "float32 weights before their float16 cast (the program holds float16 weights and computes in float32)"),
+    (r"test_normalization\.py::TestNormalization\w+::", "expected computed from the float32 parameters (gamma, "
+     "beta) before their float16 cast (the program holds float16 parameters and computes in float32)"),
 ]
 """Cases counted apart as the test's own fault: only where a float64 run of the program as stored agrees
 with the interpreter and not with the expected values (``_doubtful_reason``), for a cause named here."""
@@ -81,15 +85,16 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
         return None
     except Exception as error:  # noqa: BLE001 - a crash of the interpreter is what is counted
         _record("crash", f"{type(error).__name__}: {error}"[:300])
-        return None
-    if _takes_or_returns_float16(program):
+        # as Core ML refuses a prediction: a test that expects the refusal passes (then it counts as a pass)
+        raise RuntimeError(f"Unable to compute the prediction using ML Program: {error}") from error
+    if _computes_in_float16(program):
         dtype = "fp16"  # a float16 program (fp16 inputs and weights) under a "fp32" backend label is float16
     for name, expected in expected_outputs.items():
         got = outputs.get(name)
         expected = np.asarray(expected)
         if got is None or (also_compare_shapes and got.shape != expected.shape):
             _record("wrong", f"{name}: shape {None if got is None else got.shape}, expected {expected.shape}")
-            return outputs
+            raise AssertionError(f"Not equal: {name} shape")
         if np.mean(~within(got, expected, dtype, atol, rtol)) > allow_mismatch_ratio:
             if dtype == "fp16" and np.mean(~within(got, expected, "flat16", atol, rtol)) <= allow_mismatch_ratio:
                 _flat_fp16_pass.add(_node())
@@ -98,27 +103,24 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
             reason = _doubtful_reason(got, expected, exact, dtype, atol, rtol, allow_mismatch_ratio)
             if reason:
                 _record("doubtful", f"{detail}; {reason}")
-            else:
-                _record("wrong", detail + ("" if exact is None else f"; float64 run of the program: "
-                                           f"{_difference(got, exact)}"))
-            return outputs
+                return outputs
+            _record("wrong", detail + ("" if exact is None else f"; float64 run of the program: "
+                                       f"{_difference(got, exact)}"))
+            # as coremltools' compare_backend does: a test that expects the mismatch (undefined behaviour
+            # it checks is not its example's) passes, and then counts as a pass
+            raise AssertionError(f"Not equal: {detail}")
     _record("pass")
     return outputs
 
 
-def _takes_or_returns_float16(program) -> bool:
-    """Whether the program's inputs or outputs are float16: its precision is float16's whatever the test's
-    backend label (coremltools' fp32 "backend" runs programs built with fp16 placeholders as they are)."""
-    return any(info.dtype == "fp16" for _name, info in program.inputs) or any(
-        _output_dtype(program, name) == "fp16" for name in program.main.outputs)
-
-
-def _output_dtype(program, name: str) -> str | None:
-    for op in program.main.ops:
-        for output, info in op.outputs:
-            if output == name:
-                return info.dtype
-    return None
+def _computes_in_float16(program) -> bool:
+    """Whether the program takes float16 inputs or any op (a constant aside) yields float16: its precision
+    is float16's whatever the test's backend label (coremltools' fp32 "backend" runs programs built with
+    fp16 placeholders, or casting to fp16, as they are). float16 weights alone computed in float32 do not
+    make a float16 program: there a test's expected values from the weights before their cast are doubtful."""
+    if any(info.dtype == "fp16" for _name, info in program.inputs):
+        return True
+    return any(info.dtype == "fp16" for op in program.main.ops if op.type != "const" for _n, info in op.outputs)
 
 
 def _float64_run(program, inputs, name):
@@ -253,6 +255,9 @@ class _Collector:
         config.hook.pytest_deselected(items=deselected)
 
     def pytest_runtest_logreport(self, report):  # a test that never compared is n/a
+        if report.when == "call" and report.passed and _results.get(report.nodeid) in ("wrong", "crash"):
+            _results[report.nodeid] = "pass"  # the test expected that failure (pytest.raises) and got it
+            _details[report.nodeid] = "expected failure: " + _details.get(report.nodeid, "")
         if report.when == "call" or (report.when == "setup" and report.skipped):
             _results.setdefault(report.nodeid, "n/a")
 

@@ -130,3 +130,20 @@ def test_a_scalar_fed_to_an_input_declared_as_shape_1_is_taken(tmp_path):
     (name,) = emulator.program.input_names
     out = next(iter(emulator.run({name: np.float32(3.0)}).values()))
     assert out.tolist() == [6.0]
+
+
+def test_scatter_out_of_range_is_refused_when_validated_and_dropped_when_not():
+    import pytest
+
+    from mlbench.backends.coreml.emulate.registry import KernelError
+
+    data = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    updates = torch.tensor([[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]])
+    with pytest.raises(KernelError, match="out of bounds"):  # Core ML refuses the prediction
+        KERNELS["scatter"].fn(data=data, indices=torch.tensor([10, 0]), updates=updates, validate_indices=True)
+    # undefined without validation: the out-of-range row's update goes nowhere, row 0 takes [8, 9, 10]
+    out = KERNELS["scatter"].fn(data=data, indices=torch.tensor([10, 0]), updates=updates, validate_indices=False)
+    assert out.tolist() == [[8.0, 9.0, 10.0], [4.0, 5.0, 6.0]]
+    # a negative index within [-size, 0) wraps, as MIL allows
+    out = KERNELS["scatter"].fn(data=data, indices=torch.tensor([-1, 0]), updates=updates, mode="add")
+    assert out.tolist() == [[9.0, 11.0, 13.0], [9.0, 11.0, 13.0]]
