@@ -83,7 +83,7 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
     except UnsupportedOps as error:
         _record("unsupported", str(error))
         return None
-    except Exception as error:  # noqa: BLE001 - a crash of the interpreter is what is counted
+    except Exception as error:
         _record("crash", f"{type(error).__name__}: {error}"[:300])
         # as Core ML refuses a prediction: a test that expects the refusal passes (then it counts as a pass)
         raise RuntimeError(f"Unable to compute the prediction using ML Program: {error}") from error
