@@ -23,7 +23,7 @@ from tests.conftest import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "coreml_conformance.py"
 SAMPLE = 2
-UNREACHED = {"classify", "conv_quantized", "non_maximum_suppression"}  # no kernel; the torch frontend emits none
+UNREACHED = {"classify", "conv_quantized"}  # no kernel; coremltools' torch frontend emits neither
 KNOWN_WRONG = {
     # iOS 15 crop_resize, UNALIGN_CORNERS, normalized box [2, 2, 1, 1] (outside [0, 1], inverted): the expected
     # values read pixels 0.5 and 2.5, which the op's documented definition does not give (every sample point

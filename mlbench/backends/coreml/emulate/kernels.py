@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mlbench.backends.coreml.emulate.kernels_compression
 import mlbench.backends.coreml.emulate.kernels_conv
+import mlbench.backends.coreml.emulate.kernels_detection
 import mlbench.backends.coreml.emulate.kernels_elementwise
 import mlbench.backends.coreml.emulate.kernels_indexing
 import mlbench.backends.coreml.emulate.kernels_layout

@@ -626,6 +626,10 @@ def test_sampling_layout_and_random_kernels_run():
     for op in ("random_uniform", "random_normal", "random_bernoulli"):
         assert run(op, shape=np.array([2, 2], np.int32)).shape == (2, 2)
     assert run("random_categorical", x=np.zeros((3, 4), np.float32), size=2).shape == (3, 2)
+    boxes = np.array([[[1, 1, 2, 2], [5, 5, 2, 2]]], np.float32)
+    kept = run("non_maximum_suppression", boxes=boxes, scores=np.array([[[0.2], [0.9]]], np.float32),
+               iou_threshold=0.5, max_boxes=2)
+    assert kept[2].tolist() == [[1, 0]]
 
 
 def test_every_registered_kernel_is_checked_here():

@@ -112,3 +112,24 @@ def test_random_ops_are_seeded_and_repeatable():
     assert torch.equal(KERNELS["random_normal"].fn(shape=[3], mean=1.5, stddev=0.0), torch.full((3,), 1.5))
     drawn = KERNELS["random_categorical"].fn(x=torch.tensor([[0.0, 1.0, 0.0]]), mode="probs", size=5)
     assert drawn.tolist() == [[1.0] * 5]
+
+
+def test_non_maximum_suppression_keeps_the_best_boxes_that_overlap_little():
+    # (x centre, y centre, w, h): box 1 overlaps box 0 with IoU 81/119 = 0.68; box 2 is apart; box 3 scores low
+    boxes = torch.tensor([[[5.0, 5.0, 10.0, 10.0], [6.0, 6.0, 10.0, 10.0], [30.0, 30.0, 4.0, 4.0],
+                           [50.0, 50.0, 2.0, 2.0]]])
+    scores = torch.tensor([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7], [0.05, 0.01]]])
+    nms = KERNELS["non_maximum_suppression"].fn
+    out_boxes, out_scores, indices, valid = nms(boxes=boxes, scores=scores, iou_threshold=0.5, score_threshold=0.1,
+                                                max_boxes=4)
+    assert indices.tolist() == [[0, 2, -1, -1]] and valid.tolist() == [2]  # 1 suppressed, 3 under the threshold
+    assert out_boxes[0, 1].tolist() == [30.0, 30.0, 4.0, 4.0] and out_boxes[0, 2:].abs().sum() == 0
+    assert out_scores[0, 0].tolist() == [np.float32(0.9), np.float32(0.1)]
+    # an IoU threshold over 0.68 keeps box 1; per class, box 2 (class 1) is judged apart
+    _b, _s, indices, valid = nms(boxes=boxes, scores=scores, iou_threshold=0.7, max_boxes=2)
+    assert indices.tolist() == [[0, 1]] and valid.tolist() == [2]
+    _b, _s, indices, _v = nms(boxes=boxes, scores=scores, iou_threshold=0.5, max_boxes=4, per_class_suppression=True)
+    assert indices.tolist() == [[0, 2, 3, -1]]
+    # nothing over the score threshold: the best box alone
+    _b, _s, indices, valid = nms(boxes=boxes, scores=scores, iou_threshold=0.5, score_threshold=0.95, max_boxes=2)
+    assert indices.tolist() == [[0, -1]] and valid.tolist() == [1]
