@@ -23,8 +23,8 @@ type-inference-only tests, tests expecting the converter to reject the program, 
 A mismatch raises AssertionError and a crash RuntimeError, as ``compare_backend`` and Core ML do: a test
 that expects that failure (out-of-range indices, undefined results) passes, and then the case counts as a
 pass. Counts are per test class (``TestGRU`` -> ``gru``) and per family (the test file). The whole suite
-is ~20,000 cases: about 80 minutes on a quiet 2-core machine (``gc.freeze`` spares ct.convert's full
-collection per case); ``--sample=2`` is ~900. The suite is the installed coremltools' own:
+is ~20,000 cases, well over an hour on a 2-core machine (``gc.freeze`` spares ct.convert's full
+collection per case, which was 90% of the time); ``--sample=2`` is ~900. The suite is the installed coremltools' own:
 ``PINNED_COREMLTOOLS`` says which one these counts were taken against.
 """
 
