@@ -147,3 +147,19 @@ def test_scatter_out_of_range_is_refused_when_validated_and_dropped_when_not():
     # a negative index within [-size, 0) wraps, as MIL allows
     out = KERNELS["scatter"].fn(data=data, indices=torch.tensor([-1, 0]), updates=updates, mode="add")
     assert out.tolist() == [[9.0, 11.0, 13.0], [9.0, 11.0, 13.0]]
+
+
+def test_a_reverse_recurrence_returns_its_outputs_in_the_order_computed():
+    # rnn, one unit, identity weights, no bias: h_t = tanh(x_t + h_{t-1}); reverse reads x[1] first
+    x, h0 = np.array([[[0.5]], [[-0.2]]]), np.array([[0.1]])
+    first = np.tanh(-0.2 + 0.1)
+    second = np.tanh(0.5 + first)
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    seq, h = KERNELS["rnn"].fn(x=t(x), initial_h=t(h0), weight_ih=t([[1.0]]), weight_hh=t([[1.0]]),
+                               direction="reverse", output_sequence=True)
+    np.testing.assert_allclose(seq.flatten().numpy(), [first, second], rtol=1e-6)  # not [second, first]
+    np.testing.assert_allclose(h.flatten().numpy(), [second], rtol=1e-6)
+    seq, _h = KERNELS["gru"].fn(x=t(x), initial_h=t(h0), weight_ih=t(np.zeros((3, 1))), weight_hh=t(np.zeros((3, 1))),
+                                direction="reverse", output_sequence=True)
+    z = 0.5  # all pre-activations 0: r = z = 0.5, o = 0, h_t = 0.5 * h_{t-1}
+    np.testing.assert_allclose(seq.flatten().numpy(), [0.1 * z, 0.1 * z * z], rtol=1e-6)
