@@ -1,12 +1,17 @@
-"""The conformance lane (benchmarks/coreml_conformance.py) on a fast sample of coremltools' op tests.
+"""The conformance lane (benchmarks/coreml_conformance.py) on a sample of coremltools' op tests.
 
-The sample is gru (fixed in issue 38): it must not crash, and pass at least as many cases as after the fix.
-An empty selection fails too (a test id that changed spelling once selected nothing).
+The CI sample is every test function of the shipped suite with ``SAMPLE`` parametrisations each (spread
+evenly over its parameters): no case may crash or be wrong (but the one listed in ``KNOWN_WRONG``, with
+why), a test's own doubtful expected values are counted apart by the lane, and an unsupported case may
+only be an op no torch model reaches (``UNREACHED``). The suite is the installed coremltools' own: the lane's
+``PINNED_COREMLTOOLS`` names the version these expectations were taken against, and the test says so when
+another is installed.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -17,17 +22,14 @@ import pytest
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "benchmarks" / "coreml_conformance.py"
-# iOS15 ML programs at fp32 (256 cases). Selected by words in the ids, which pytest 9 spells out in full
-# (``backend=BackendConfig(backend='mlprogram', precision='fp32', ...)``); older pytest numbered them.
-SAMPLE = ["iOS14/test_recurrent.py", "-k", "TestGRU and smoke and mlprogram and fp32"]
-
-
-def _table(out: str) -> dict[str, list[int]]:
-    rows = {}
-    for line in out.splitlines()[out.splitlines().index(next(x for x in out.splitlines() if x.startswith("op "))) + 1:]:
-        name, *counts = line.split()
-        rows[name] = [int(c) for c in counts]
-    return rows
+SAMPLE = 2
+UNREACHED = {"classify", "conv_quantized"}  # no kernel; coremltools' torch frontend emits neither
+KNOWN_WRONG = {
+    # iOS 15 crop_resize, UNALIGN_CORNERS, normalized box [2, 2, 1, 1] (outside [0, 1], inverted): the expected
+    # values read pixels 0.5 and 2.5, which the op's documented definition does not give (every sample point
+    # lies outside the image); unexplained, and no other case says what Core ML does there.
+    "iOS15/test_image_resizing.py::TestCropResize::test_builder_to_backend_smoke",
+}
 
 
 def _lane():
@@ -51,15 +53,54 @@ def test_float16_cases_are_judged_by_ulps_of_the_expected_value():
     assert not within(small + np.array([0.1, 0.0]), small, "fp16", 0.0, 0.0).all()
 
 
-@pytest.mark.slow  # a coremltools op-test sample in a subprocess: ~130 s
+def test_the_table_counts_each_case_by_its_op_and_the_sample_keeps_every_test_function():
+    lane = _lane()
+    results = {"tests/iOS14/test_recurrent.py::TestGRU::test_builder_to_backend_smoke[a]": "pass",
+               "tests/iOS14/test_recurrent.py::TestGRU::test_builder_to_backend_smoke[b]": "wrong",
+               "tests/iOS17/test_image_resizing.py::TestCropResize::test_builder_to_backend_ios17[c]": "doubtful"}
+    rows = {line.split()[0]: line.split()[1:] for line in lane.table(results).splitlines()[1:]}
+    assert rows["gru"] == ["1", "0", "1", "0", "0", "0"] and rows["crop_resize"][1] == "1"
+    assert rows["TOTAL"] == ["1", "1", "1", "0", "0", "0"]
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    class Hook:
+        def pytest_deselected(self, items):
+            self.deselected = items
+
+    class Config:
+        hook = Hook()
+
+    items = [Item(f"t.py::TestA::test_x[{i}]") for i in range(7)] + [Item("t.py::TestA::test_y[0]")]
+    lane._Collector(sample=3).pytest_collection_modifyitems(None, Config, items)
+    assert [i.nodeid for i in items] == ["t.py::TestA::test_x[0]", "t.py::TestA::test_x[3]",
+                                         "t.py::TestA::test_x[6]", "t.py::TestA::test_y[0]"]
+    assert len(Config.hook.deselected) == 4
+
+
+@pytest.mark.slow  # the whole suite's test functions, SAMPLE cases each, in a subprocess: minutes
 @pytest.mark.torch
-def test_the_sample_routes_coremltools_op_tests_through_the_interpreter(tmp_path):
+def test_the_sample_of_every_op_test_function_has_no_wrong_or_crashing_case(tmp_path):
+    import coremltools
+
+    lane = _lane()
+    if coremltools.__version__ != lane.PINNED_COREMLTOOLS:
+        pytest.skip(f"the expectations are coremltools {lane.PINNED_COREMLTOOLS}'s suite; "
+                    f"{coremltools.__version__} is installed")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HOME": str(tmp_path)}
-    done = subprocess.run([sys.executable, str(SCRIPT), *SAMPLE], capture_output=True, text=True, env=env,
-                          cwd=tmp_path, timeout=600)
+    cases_file = tmp_path / "cases.json"
+    done = subprocess.run([sys.executable, str(SCRIPT), f"--sample={SAMPLE}", f"--json={cases_file}"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
-    rows = _table(done.stdout)
-    assert {"gru", "TOTAL"} <= set(rows), done.stdout[-2000:]
-    passed, wrong, unsupported, crash, _na = rows["gru"]
-    assert passed + wrong == 256, rows["gru"]  # the whole sample reached the comparison
-    assert passed >= 224 and crash == 0 and unsupported == 0, rows["gru"]  # 224 with coremltools 9.0
+    cases = json.loads(cases_file.read_text())["cases"]
+    by_outcome: dict[str, list[str]] = {}
+    for node, case in cases.items():
+        by_outcome.setdefault(case["outcome"], []).append(f"{node}: {case['detail']}")
+    assert len(by_outcome.get("pass", [])) >= 450, done.stdout[-3000:]  # 502 with coremltools 9.0
+    wrong = [c for c in by_outcome.get("wrong", []) if c.split("tests/", 1)[-1].split("[")[0] not in KNOWN_WRONG]
+    assert not by_outcome.get("crash") and not wrong, (by_outcome.get("crash"), wrong)
+    unsupported = {op for c in cases.values() if c["outcome"] == "unsupported"
+                   for op in c["detail"].split(": ")[-1].split(", ")}
+    assert unsupported <= UNREACHED, unsupported

@@ -179,7 +179,7 @@ class CoremlBackend(Backend):
             return emulated_verification(
                 artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
                 tolerance=self.config.verify.tolerance_for(precision, recipe),
-                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe))
+                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe), float32=precision == "float32")
 
         if sys.platform != "darwin":
             placement = with_reshape_note(placement_for(artifact, compute_units, observed=self._observing()),

@@ -15,6 +15,8 @@ from mlbench.backends.base import NO_SOURCE
 from mlbench.plugins.spec import REFERENCE
 from mlbench.records import Metric
 
+RANDOM_NOT_COMPARABLE = "random op: values not comparable"
+
 if TYPE_CHECKING:
     from mlbench.backends.coreml.artifact import CoremlArtifact
     from mlbench.backends.coreml.emulate import Emulator
@@ -23,9 +25,11 @@ if TYPE_CHECKING:
 
 
 def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, samples: int, tolerance: float,
-                          min_snr_db: float, alternative: int = 0) -> tuple[Verification | None, str | None]:
+                          min_snr_db: float, alternative: int = 0, float32: bool = False
+                          ) -> tuple[Verification | None, str | None]:
     """(verification, None), or (None, the reason it could not be had: an op the interpreter lacks,
-    a model type it does not run, a program it cannot read)."""
+    a model type it does not run, a program it cannot read, a random op). ``float32``: the variant is a
+    float32 export, whose SNR floor is capped at the reference's own precision (``mlbench.verify``)."""
     from mlbench.backends.coreml.emulate import (
         EMULATION_NOTE,
         CorruptPackage,
@@ -34,6 +38,8 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
         UnsupportedOps,
         load_program,
     )
+    from mlbench.backends.coreml.emulate.kernels_random import RANDOM_OPS
+    from mlbench.sources.float64 import float64_snr_db
     from mlbench.verify import OutputMismatch, compare_samples
 
     if not model.has_source:
@@ -41,7 +47,10 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
     if artifact.analysis.model_type != "mlProgram":
         return None, f"the interpreter runs ML programs, not {artifact.analysis.model_type} models"
     try:
-        emulator = Emulator(load_program(artifact.package))
+        program = load_program(artifact.package)
+        if RANDOM_OPS & set(program.op_types()):  # seeded here, but no generator agrees with Core ML's or torch's
+            return None, RANDOM_NOT_COMPARABLE
+        emulator = Emulator(program)
         pairs, fed = [], []
         for index in range(samples):
             inputs, reference = model.sample(index, alternative)
@@ -49,8 +58,9 @@ def emulated_verification(artifact: CoremlArtifact, model: LoadedModel, *, sampl
             outputs = emulator.run(feeds)
             pairs.append((reference, list(outputs.values())))
             fed.append(feeds)
+        own = (lambda: float64_snr_db(model, samples, alternative)) if float32 else None
         verification = compare_samples(pairs, tolerance=tolerance, min_snr_db=min_snr_db, reference_name=REFERENCE,
-                                       source="emulated", method=EMULATION_NOTE)
+                                       source="emulated", method=EMULATION_NOTE, reference_precision_db=own)
         verification = _name_overflow(verification, emulator, pairs, fed)
     except UnsupportedOps as exc:
         return None, f"the interpreter lacks {', '.join(exc.ops)}"

@@ -259,6 +259,7 @@ class OnnxruntimeBackend(Backend):
         from mlbench.backends.onnxruntime.profile import build_placement, load_events, op_time_tables, parse_profile
         from mlbench.cold_start import evict_files, load_metrics
         from mlbench.memory import MemoryMeter
+        from mlbench.sources.float64 import float64_snr_db
         from mlbench.sustained import sustained_figures
         from mlbench.timing import time_once
         from mlbench.verify import compare_samples
@@ -292,9 +293,11 @@ class OnnxruntimeBackend(Backend):
         warm_ms, _ = time_once(lambda: self._session(ort, artifact.path, provider, self._session_options(ort)))
         metrics.update(load_metrics(load_ms, warm_ms))
 
+        own = ((lambda: float64_snr_db(model, self.config.verify.samples, alternative))
+               if precision == "float32" else None)  # the floor is capped at the reference's own precision
         verify = (compare_samples(pairs, tolerance=self.config.verify.tolerance_for(precision),
                                   min_snr_db=self.config.verify.min_snr_db_for(precision),
-                                  reference_name=REFERENCE) if model.has_source else None)
+                                  reference_name=REFERENCE, reference_precision_db=own) if model.has_source else None)
 
         warmup_runs = max(1, settings.warmup)  # the first run of a session always pays for allocation
         folder = Path(tempfile.mkdtemp(prefix="mlbench-ort-profile-"))

@@ -157,6 +157,8 @@ class Emulator:
             if info.kind == "state":
                 continue
             array = np.asarray(inputs[name])
+            if array.ndim == 0 and info.shape == (1,):  # coremltools declares a scalar input as shape [1]
+                array = array.reshape(1)
             if info.shape is not None and None not in info.shape and tuple(array.shape) != info.shape:
                 raise ValueError(f"input {name!r} has shape {list(array.shape)}, the program declares {list(info.shape)}")
             declared = "fp32" if info.dtype == "fp16" and self.precision == "float32" else info.dtype

@@ -47,9 +47,21 @@ _SCATTER_REDUCE = {"add": "sum", "mul": "prod", "max": "amax", "min": "amin"}
 
 
 @kernel("scatter_along_axis")
-def scatter_along_axis(data, indices, updates, axis=0, mode="update", **_):
+def scatter_along_axis(data, indices, updates, axis=0, mode="update", validate_indices=False, **_):
+    """An index outside [-size, size) is an error with ``validate_indices`` (Core ML refuses the prediction);
+    without it the result is undefined, and here its update is dropped."""
     axis = as_int(axis) % data.dim()
-    idx = _index(indices, data.shape[axis])
+    size = data.shape[axis]
+    idx = _index(indices, size)
+    outside = (idx < 0) | (idx >= size)
+    if bool(outside.any()):
+        if validate_indices is not None and as_bool(validate_indices):
+            raise KernelError(f"indices out of bounds for an axis of size {size}")
+        spare = list(data.shape)
+        spare[axis] = 1
+        wide = torch.cat([data, torch.zeros(spare, dtype=data.dtype)], dim=axis)  # out-of-range updates land here
+        kept = scatter_along_axis(wide, torch.where(outside, size, idx), updates, axis, mode)
+        return kept.narrow(axis, 0, size)
     mode = as_str(mode)
     if mode == "update":
         return data.scatter(axis, idx, updates)
@@ -61,10 +73,10 @@ def scatter_along_axis(data, indices, updates, axis=0, mode="update", **_):
 
 
 @kernel("scatter")
-def scatter(data, indices, updates, axis=0, mode="update", **_):
+def scatter(data, indices, updates, axis=0, mode="update", validate_indices=False, **_):
     axis = as_int(axis) % data.dim()
     idx = _index(indices, data.shape[axis]).reshape([1] * axis + [-1] + [1] * (data.dim() - axis - 1))
-    return scatter_along_axis(data, idx.expand(updates.shape), updates, axis, mode)
+    return scatter_along_axis(data, idx.expand(updates.shape), updates, axis, mode, validate_indices)
 
 
 @kernel("scatter_nd")

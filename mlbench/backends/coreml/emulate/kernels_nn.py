@@ -70,7 +70,12 @@ def l2_norm(x, epsilon=1e-6, **_):
 
 @kernel("local_response_norm")
 def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=1.0, **_):
-    return F.local_response_norm(x, as_int(size), as_float(alpha), as_float(beta), as_float(k))
+    """Across axis -3 (Core ML's channel axis, whatever the rank): a rank-3 input [C, H, W] normalizes
+    across its first axis, not across axis 1 as torch's does (coremltools' op test on [1, 3, 2]: every
+    element is normalized by itself alone)."""
+    wide = x.unsqueeze(0) if x.dim() == 3 else x.movedim(x.dim() - 3, 1)
+    out = F.local_response_norm(wide, as_int(size), as_float(alpha), as_float(beta), as_float(k))
+    return out.squeeze(0) if x.dim() == 3 else out.movedim(1, x.dim() - 3)
 
 
 @kernel("scaled_dot_product_attention")

@@ -7,6 +7,10 @@ update (``roz``), with the reset gate applied to ``h`` before ``W_ho`` (iOS15; t
 ``W_ho (r * h)``) or, with ``reset_after`` (iOS18), to ``W_ho h + b_ho``. lstm's ``clip`` bounds
 the cell state ``c_t`` (that reference again; the doc says "cell gate"). coremltools converts torch's GRU to a while loop instead,
 because torch's GRU applies the reset gate after its hidden bias.
+
+With ``direction="reverse"`` the output sequence is in the order the steps are computed (its first
+entry follows ``x[-1]``), as coremltools' op tests expect (torch run on the flipped input); the backward
+half of a bidirectional lstm is aligned with the input instead (its entry t follows ``x[t]``).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ def lstm(x, initial_h, initial_c, weight_ih, weight_hh, bias=None, peephole=None
     else:
         reverse = direction == "reverse"
         seq, h, c = _lstm_direction(x, h0, c0, weight_ih, weight_hh, bias, peephole, reverse, *acts, clip)
+        seq = seq.flip(0) if reverse else seq  # one reverse direction: outputs in the order computed
         last = h.unsqueeze(0)
     return (seq if as_bool(output_sequence) else last), h, c
 
@@ -108,7 +113,7 @@ def gru(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
             o = f_act(xo + torch.matmul(r * h, w_o.t()) + b_o)
         h = (1 - z) * o + z * h
         outputs[t] = h
-    seq = torch.stack(outputs)
+    seq = torch.stack(outputs).flip(0) if reverse else torch.stack(outputs)  # reverse: in the order computed
     return (seq if as_bool(output_sequence) else h.unsqueeze(0)), h
 
 
@@ -125,5 +130,5 @@ def rnn(x, initial_h, weight_ih, weight_hh, bias=None, direction="forward", outp
     for t in (range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])):
         h = f_act(x_proj[t] + torch.matmul(h, weight_hh.t()))
         outputs[t] = h
-    seq = torch.stack(outputs)
+    seq = torch.stack(outputs).flip(0) if reverse else torch.stack(outputs)  # reverse: in the order computed
     return (seq if as_bool(output_sequence) else h.unsqueeze(0)), h

@@ -6,7 +6,9 @@ to float16 (round to nearest even) and kept as float32 holding that float16 valu
 program's every intermediate tensor carries float16 storage error, as on a device. With
 ``precision="float32"`` nothing is rounded: the float16 program's structure and its float16
 weights run at float32, which separates what rounding activations costs from what the exported
-graph and its weights cost.
+graph and its weights cost. ``precision="float64"`` computes everything in float64 from the weights
+and inputs as stored (a value declared float16 still holds a float16 value): the conformance lane's reference for telling a test's doubtful expected values
+(computed from weights before their float16 cast) from a kernel's error.
 
 Real hardware may accumulate differently: the Neural Engine and GPU may keep partial sums (of a
 convolution, a matmul, a reduction) in float16, fuse ops, or reorder sums; none of that is modelled.
@@ -25,6 +27,8 @@ PRECISIONS = {
     "declared": "each op computes in float32 and its outputs are rounded to their declared dtype "
     "(float16 in a float16 program)",
     "float32": "each op computes in float32 and nothing is rounded to float16 (weights stay as stored)",
+    "float64": "each op computes in float64; float16 outputs keep float16 values, nothing else is rounded (weights "
+    "and inputs as stored): a reference for judging another's expected values, not what a device computes",
 }
 
 EMULATION_NOTE = (
@@ -52,6 +56,10 @@ def store(value: Any, dtype: str | None, precision: str = "declared") -> Any:
             value = from_numpy(np.asarray(value))
         else:
             return value  # strings, lists (tuples), dicts
+    if precision == "float64" and dtype == "fp16":  # the program's float16 values, exact in float64
+        return value.to(torch.float16).to(torch.float64)
+    if precision == "float64" and dtype in ("fp32", "fp64", "bf16"):
+        return value if value.dtype == torch.float64 else value.to(torch.float64)
     if dtype in ("fp32", "fp64", "bf16"):
         return value if value.dtype == torch.float32 else value.to(torch.float32)
     if dtype == "fp16":

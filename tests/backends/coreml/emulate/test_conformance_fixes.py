@@ -93,3 +93,73 @@ def test_upsample_nearest_neighbor_fractional_scale_maps_by_the_sizes():
         == [1.5, -2.5, 3.5, 1.5, -2.5, 3.5]
     assert up(x=x, scale_factor_height=torch.tensor(3.17), scale_factor_width=torch.tensor(0.67)).flatten().tolist() \
         == [1.5, -2.5] * 3  # 3 // 2: sources 0 and floor(1 * 3 / 2) = 1
+
+
+def test_local_response_norm_normalizes_across_axis_minus_3_whatever_the_rank():
+    # coremltools' op test: x [1, 3, 2], size 2 -- axis -3 has one element, so each is divided by
+    # (k + alpha / size * x**2) ** beta of itself alone (torch's would mix channels 0..2 of axis 1).
+    x = np.array([[[1.0, -7.0], [5.0, -6.0], [-3.0, -5.0]]])
+    expected = x / (1.0 + 1e-4 / 2 * x**2) ** 0.75
+    got = KERNELS["local_response_norm"].fn(x=torch.tensor(x, dtype=torch.float32), size=2)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-6)
+    np.testing.assert_allclose(expected[0, 1, 1], -5.99191284, rtol=1e-7)  # the op test's expected value
+    # rank 4 [N, C, H, W]: across C, a window of `size` channels (size 3: c-1..c+1)
+    x4 = np.arange(1.0, 13.0).reshape(1, 3, 2, 2)
+    sums = np.stack([x4[0, 0] ** 2 + x4[0, 1] ** 2, x4[0, 0] ** 2 + x4[0, 1] ** 2 + x4[0, 2] ** 2,
+                     x4[0, 1] ** 2 + x4[0, 2] ** 2])[None]
+    expected4 = x4 / (2.0 + 0.01 / 3 * sums) ** 0.5
+    got4 = KERNELS["local_response_norm"].fn(x=torch.tensor(x4, dtype=torch.float32), size=3, alpha=0.01, beta=0.5,
+                                             k=2.0)
+    np.testing.assert_allclose(got4.numpy(), expected4, rtol=1e-6)
+
+
+def test_a_scalar_fed_to_an_input_declared_as_shape_1_is_taken(tmp_path):
+    # coremltools declares a rank-0 placeholder as shape [1]; its op tests (one_hot, range_1d) feed scalars
+    import coremltools as ct
+    from coremltools.converters.mil import Builder as mb
+
+    from mlbench.backends.coreml.emulate import Emulator, load_program
+
+    @mb.program(input_specs=[mb.TensorSpec(shape=(1,))], opset_version=ct.target.iOS15)
+    def prog(x):
+        return mb.mul(x=x, y=np.float32(2.0))
+
+    model = ct.convert(prog, convert_to="mlprogram", minimum_deployment_target=ct.target.iOS15)
+    model.save(str(tmp_path / "m.mlpackage"))
+    emulator = Emulator(load_program(tmp_path / "m.mlpackage"))
+    (name,) = emulator.program.input_names
+    out = next(iter(emulator.run({name: np.float32(3.0)}).values()))
+    assert out.tolist() == [6.0]
+
+
+def test_scatter_out_of_range_is_refused_when_validated_and_dropped_when_not():
+    import pytest
+
+    from mlbench.backends.coreml.emulate.registry import KernelError
+
+    data = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    updates = torch.tensor([[5.0, 6.0, 7.0], [8.0, 9.0, 10.0]])
+    with pytest.raises(KernelError, match="out of bounds"):  # Core ML refuses the prediction
+        KERNELS["scatter"].fn(data=data, indices=torch.tensor([10, 0]), updates=updates, validate_indices=True)
+    # undefined without validation: the out-of-range row's update goes nowhere, row 0 takes [8, 9, 10]
+    out = KERNELS["scatter"].fn(data=data, indices=torch.tensor([10, 0]), updates=updates, validate_indices=False)
+    assert out.tolist() == [[8.0, 9.0, 10.0], [4.0, 5.0, 6.0]]
+    # a negative index within [-size, 0) wraps, as MIL allows
+    out = KERNELS["scatter"].fn(data=data, indices=torch.tensor([-1, 0]), updates=updates, mode="add")
+    assert out.tolist() == [[9.0, 11.0, 13.0], [9.0, 11.0, 13.0]]
+
+
+def test_a_reverse_recurrence_returns_its_outputs_in_the_order_computed():
+    # rnn, one unit, identity weights, no bias: h_t = tanh(x_t + h_{t-1}); reverse reads x[1] first
+    x, h0 = np.array([[[0.5]], [[-0.2]]]), np.array([[0.1]])
+    first = np.tanh(-0.2 + 0.1)
+    second = np.tanh(0.5 + first)
+    t = lambda a: torch.tensor(a, dtype=torch.float32)  # noqa: E731
+    seq, h = KERNELS["rnn"].fn(x=t(x), initial_h=t(h0), weight_ih=t([[1.0]]), weight_hh=t([[1.0]]),
+                               direction="reverse", output_sequence=True)
+    np.testing.assert_allclose(seq.flatten().numpy(), [first, second], rtol=1e-6)  # not [second, first]
+    np.testing.assert_allclose(h.flatten().numpy(), [second], rtol=1e-6)
+    seq, _h = KERNELS["gru"].fn(x=t(x), initial_h=t(h0), weight_ih=t(np.zeros((3, 1))), weight_hh=t(np.zeros((3, 1))),
+                                direction="reverse", output_sequence=True)
+    z = 0.5  # all pre-activations 0: r = z = 0.5, o = 0, h_t = 0.5 * h_{t-1}
+    np.testing.assert_allclose(seq.flatten().numpy(), [0.1 * z, 0.1 * z * z], rtol=1e-6)

@@ -605,6 +605,33 @@ def test_a_squeezed_slice_takes_the_element_at_begin_and_concat_takes_scalars():
     assert run("concat", values=[np.array(1, np.int32), np.array([2, 3], np.int32)], axis=0).tolist() == [1, 2, 3]
 
 
+def test_sampling_layout_and_random_kernels_run():
+    """Named here so the registry check sees them; their values are checked by hand in test_new_kernels.py."""
+    image = np.arange(16, dtype=np.float32).reshape(1, 1, 4, 4)
+    assert run("resample", x=image, coordinates=np.zeros((1, 2, 2, 2), np.float32), sampling_mode="bilinear",
+               padding_mode="constant", padding_value=0.0, coordinates_mode="unnormalized",
+               align_corners=False).tolist() == [[[[0.0, 0.0], [0.0, 0.0]]]]
+    identity = np.array([[1, 0, 0, 0, 1, 0]], np.float32)
+    assert np.allclose(run("affine", x=image, transform_matrix=identity, output_height=4, output_width=4,
+                           align_corners=True), image)
+    assert run("crop_resize", x=image, boxes=np.array([[0, 0, 3, 3]], np.float32), target_height=4,
+               target_width=4, sampling_mode="ALIGN_CORNERS").shape == (1, 1, 4, 4)
+    assert run("resize", x=image, shape=[8, 2], resized_dims=2).shape == (1, 1, 8, 2)
+    moved = run("space_to_batch", x=image, block_shape=[2, 2], paddings=np.zeros((2, 2), np.int32))
+    assert np.array_equal(run("batch_to_space", x=np.asarray(moved), block_shape=[2, 2],
+                              crops=np.zeros((2, 2), np.int32)), image)
+    assert run("sliding_windows", x=np.arange(4.0), axis=0, size=2).tolist() == [[0, 1], [1, 2], [2, 3]]
+    assert run("reverse_sequence", x=np.arange(3.0).reshape(1, 3), lengths=np.array([3], np.int32), seq_axis=1,
+               batch_axis=0).tolist() == [[2, 1, 0]]
+    for op in ("random_uniform", "random_normal", "random_bernoulli"):
+        assert run(op, shape=np.array([2, 2], np.int32)).shape == (2, 2)
+    assert run("random_categorical", x=np.zeros((3, 4), np.float32), size=2).shape == (3, 2)
+    boxes = np.array([[[1, 1, 2, 2], [5, 5, 2, 2]]], np.float32)
+    kept = run("non_maximum_suppression", boxes=boxes, scores=np.array([[[0.2], [0.9]]], np.float32),
+               iou_threshold=0.5, max_boxes=2)
+    assert kept[2].tolist() == [[1, 0]]
+
+
 def test_every_registered_kernel_is_checked_here():
     """Every op type the interpreter claims is named (quoted) in a check of this file."""
     from pathlib import Path

@@ -126,15 +126,19 @@ def _mil_package(tmp_path, build, input_shape=(2, 3)):
     return path
 
 
-def test_an_op_without_kernel_in_a_real_package(tmp_path):
+def test_an_op_without_kernel_in_a_real_package(tmp_path, monkeypatch):
     from coremltools.converters.mil import Builder as mb
 
-    def build(x):  # random ops are left out on purpose: their outputs cannot be verified
-        return mb.add(x=x, y=mb.random_uniform(shape=np.array([2, 3], dtype=np.int32)))
+    from mlbench.backends.coreml.emulate.registry import KERNELS
+
+    monkeypatch.delitem(KERNELS, "softsign")  # every op coremltools' torch frontend emits has a kernel now
+
+    def build(x):
+        return mb.add(x=x, y=mb.softsign(x=x))
 
     package = _mil_package(tmp_path, build)
-    assert unsupported_ops(package) == ["random_uniform"]
-    with pytest.raises(UnsupportedOps, match="random_uniform"):
+    assert unsupported_ops(package) == ["softsign"]
+    with pytest.raises(UnsupportedOps, match="softsign"):
         emulate_package(package, {load_program(package).input_names[0]: np.zeros((2, 3), np.float32)})
 
 
