@@ -106,15 +106,19 @@ def test_a_figure_timed_under_a_busy_loop_is_unreliable_and_marked_in_every_repo
     median = record["metrics"]["latency.median"]["value"]
 
     line = next(line for line in console.splitlines() if line.startswith("[1/1] tiny_cnn/torch/cpu/float32"))
-    assert line == f"[1/1] tiny_cnn/torch/cpu/float32  ok  median {median:.3f} ms (measured) ⚠  [{note}]"
+    # the mark follows the median; the measured memory (which carries no grade) may follow it
+    assert line.startswith(f"[1/1] tiny_cnn/torch/cpu/float32  ok  median {median:.3f} ms (measured) ⚠")
+    assert line.endswith(f"  [{note}]") and line.count("⚠") == 2, line
 
     markdown = (out / "report.md").read_text(encoding="utf-8")
     row = next(line for line in markdown.splitlines() if line.startswith("| `torch/cpu/float32`"))
     assert f"| {format_ms(median)} ⚠ |" in row and row.endswith(f"| {note} |")
+    ship = next(line for line in markdown.splitlines() if line.startswith("| tiny_cnn |"))
+    assert f"| {format_ms(median)} ms ⚠ |" in ship  # the table a pull request's comment leads with
     assert "⚠ marks an unreliable figure, ? a noisy one (their note says why" in markdown
 
     html = (out / "report.html").read_text(encoding="utf-8")
-    assert f"<td>{format_ms(median)} ⚠</td>" in html  # the headline table
+    assert f'<td class="num">{format_ms(median)} ms ⚠</td>' in html  # the headline table (which variant to ship)
     assert f'<td class="num">{format_ms(median)} ⚠</td>' in html and note in html  # the full table, its note
     chart = next(part for part in html.split("<text ") if part.startswith('class="value" x')).split("</text>")[0]
     assert chart.endswith(") ⚠") and f">{format_ms(median)} ms  (" in chart  # the chart's figure

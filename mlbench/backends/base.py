@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
     from mlbench.store.cache import ArtifactCache
+    from mlbench.thread_check import ThreadCheck
 
 
 NO_SOURCE = "no model source to compare with (the model names only existing artifacts)"
@@ -70,6 +71,10 @@ class CallTimer:
     call: Callable[[], Any]
     context: Callable[[], AbstractContextManager[Any]] = nullcontext
     release: Callable[[], None] | None = None
+    threads: int | None = None
+    """The runtime's configured thread count, where `set_threads` can switch its pool (`mlbench.thread_check`)."""
+    set_threads: Callable[[int], None] | None = None
+    """Switches the pool `call` runs on to a count, from then on (inside `context`, whose settings it outlives)."""
 
     def time(self, calls: int, warmup: int) -> list[float]:
         """Milliseconds of each of `calls` timed calls, after `warmup` untimed ones."""
@@ -77,6 +82,24 @@ class CallTimer:
 
         with self.context():
             return time_block(self.call, calls=calls, warmup=warmup)
+
+    def check_threads(self) -> ThreadCheck | None:
+        """The thread-pool stall check (`mlbench.thread_check.check_threads`) on this copy; None where its pool
+        cannot be switched or has one thread."""
+        from mlbench.thread_check import check_threads
+        from mlbench.timing import time_once
+
+        if self.set_threads is None:
+            return None
+        with self.context():
+            first_ms, _ = time_once(self.call)
+            return check_threads(self.call, configured=self.threads, first_ms=first_ms, set_threads=self.set_threads)
+
+    def use_threads(self, count: int) -> None:
+        """Every block from now on on a pool of `count` threads."""
+        if self.set_threads is not None:
+            with self.context():
+                self.set_threads(count)
 
     def close(self) -> None:
         if self.release is not None:

@@ -43,7 +43,8 @@ class LatencySettings(StrictModel):
     retry_s: float = Field(
         default=60.0, ge=0, le=3600,
         description="Seconds at the end of a run for measuring suspect figures again: those graded unreliable, and "
-        "those 3x or more off the variant's history median on this kind of machine. Both measurements are kept; the "
+        "those 3x or more off the variant's history median on this kind of machine, in rounds alternating with the "
+        "model's reference variant (eager float32 on the CPU) where the run measured it. Both measurements are kept; the "
         "report uses the one near the history where only one is, else the better graded, else the faster; one still "
         "far from its history is graded unreliable when the two disagree, noisy when they agree. 0: none is measured "
         "again, and a figure far from its history is graded unreliable.")

@@ -12,6 +12,13 @@ latency rule's verdict could change (`paired.settled`); else they run to `rounds
 (`mlbench.compare.comparison.compare` with paired changes) judges the per-round ratios head / base,
 so it is the same rules, Markdown and JSON as `mlbench compare`.
 
+Before the rounds, each side's first copy takes the thread-pool stall check `mlbench run` takes before its
+timed calls (`mlbench.thread_check`): where either side's pool is stalled (its threads waiting for cores other
+processes hold), every copy of both sides is switched to one thread for the rounds, so that the pair compares
+the models, not a stalled pool against a well one; the checks go in each record's `details.ab_thread_check`.
+ExecuTorch's pool is process-wide and a switch reloads the method on it (`backends/executorch/threads.py`),
+which every copy of both sides holds at once here: its timers offer no switch, and are timed as configured.
+
 Unlike `mlbench run`, everything here happens in this process (no supervised children, no
 limits): the sides alternate blocks of calls back to back, which a pipe round trip per block would
 disturb. docs/compare-and-ci.md says so to users.
@@ -50,6 +57,7 @@ from mlbench.matrix import Plan, Variant, expand
 from mlbench.records import Metric, PipelineInfo, RunRecord, RunReport
 from mlbench.run.tasks import WorkContext, utc_now
 from mlbench.store.cache import ArtifactCache
+from mlbench.thread_check import ThreadCheck
 from mlbench.timing import percentile, quiet_heap, summarise
 
 ORDER = "A B, B A, A B, B A, ... (A: base, B: head)"
@@ -164,15 +172,47 @@ def settled_for(rules: list[Rule], alpha: float) -> Callable[[Blocks], bool]:
     return done
 
 
+Checks = tuple[ThreadCheck | None, ThreadCheck | None]
+
+
+def check_pools(a: Sequence[CallTimer], b: Sequence[CallTimer]) -> Checks:
+    """Each side's stall check on its first copy (base, head); where either side's pool is stalled, every copy
+    of both sides is switched to one thread for the rounds (both sides alike)."""
+    checks = (a[0].check_threads() if a else None, b[0].check_threads() if b else None)
+    if any(check is not None and check.stalled for check in checks):
+        for timer in (*a, *b):
+            timer.use_threads(1)
+    return checks
+
+
+def one_thread(checks: Checks) -> bool:
+    return any(check is not None and check.stalled for check in checks)
+
+
+def _thread_details(checks: Checks) -> dict[str, Any]:
+    if all(check is None for check in checks):
+        return {}
+    details: dict[str, Any] = {"ab_thread_check": {label: check.details() if check is not None else None
+                                                   for label, check in zip(("base", "head"), checks)}}
+    if one_thread(checks):
+        stalled = next(check for check in checks if check is not None and check.stalled)
+        details["ab_threads"] = (f"both sides measured with 1 thread: {stalled.configured} threads read "
+                                 f"{stalled.configured_ms:.3g} ms against {stalled.one_thread_ms:.3g} ms with 1 in a "
+                                 "burst before the rounds (a stalled thread pool: the other threads wait for cores "
+                                 "other processes hold)")
+    return details
+
+
 def _timed_record(variant: Variant, blocks: list[list[float]], settings: AbSettings, started: str,
-                  t0: float) -> RunRecord:
+                  t0: float, checks: Checks = (None, None)) -> RunRecord:
     pooled = [s for block in blocks for s in block]
-    latency = summarise(pooled, warmup=settings.warmup, threads=None, total_s=sum(pooled) / 1e3,
-                        stopped_by="repeats")
+    latency = summarise(pooled, warmup=settings.warmup, threads=1 if one_thread(checks) else None,
+                        total_s=sum(pooled) / 1e3, stopped_by="repeats")
     metrics = {name: Metric.measured(value, "ms") for name, value in
                (("latency.median", latency.median), ("latency.best", latency.best), ("latency.p90", latency.p90))}
     return _record(variant, "ok", started, t0, metrics=metrics, latency=latency,
-                   details={"ab_rounds": len(blocks), "ab_round_medians": [statistics.median(b) for b in blocks]})
+                   details={"ab_rounds": len(blocks), "ab_round_medians": [statistics.median(b) for b in blocks],
+                            **_thread_details(checks)})
 
 
 def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, settings: AbSettings | None = None,
@@ -205,7 +245,8 @@ def run_ab(base: Pipeline, head: Pipeline, rules: list[Rule] | None = None, *, s
         if outcome is not None and all(side.records[vid].status == "skipped" for side in sides):
             skipped[vid] = outcome
         if on_variant is not None:
-            on_variant(vid, outcome or "measured")
+            threads = sides[1].records[vid].details.get("ab_threads") if vid in sides[1].records else None
+            on_variant(vid, outcome or (f"measured; {threads}" if threads else "measured"))
     machine = {**snapshot(), "load": load_between(started_load, sample(), "interleaved rounds")}
     reports = [side.report(f"{run_id}-{side.label}", created, machine, settings) for side in sides]
     rounds_run = {vid: r.details["ab_rounds"] for vid, r in sides[1].records.items() if "ab_rounds" in r.details}
@@ -243,6 +284,7 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
         a, b = timers
         if a is not None and b is not None:
             try:
+                checks = check_pools(a, b)
                 blocks = interleave(a, b, settings, settled_for(rules, alpha))
             except Exception as exc:  # noqa: BLE001 - a call that fails mid-round fails both records
                 error = f"measure: {located_error(exc, sides[1].pipeline.base_dir)}"
@@ -250,7 +292,7 @@ def _measure_pair(sides: tuple[_Side, _Side], variants: tuple[Variant, Variant],
                     side.records[variant.id] = _record(variant, "failed", started, t0, error=error)
                 return error
             for side, variant, side_blocks in zip(sides, variants, blocks):
-                side.records[variant.id] = _timed_record(variant, side_blocks, settings, started, t0)
+                side.records[variant.id] = _timed_record(variant, side_blocks, settings, started, t0, checks)
             paired[variants[1].id] = _paired_changes(blocks, alpha)
             return None
         for i, (side, variant) in enumerate(zip(sides, variants)):

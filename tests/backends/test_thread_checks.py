@@ -1,7 +1,7 @@
 """Each runtime's thread pool under the stall check, through the real runtimes: ONNX Runtime (a second session
 with one intra-op thread), ExecuTorch (its process-wide pool reset, the method released before and loaded
-again after) and LiteRT (a second interpreter with `num_threads=1`). The check's factor is set so that every
-pool reads as stalled, or none does: what is tested is that each backend then measures with the count the
+again after) and LiteRT (a second interpreter with `num_threads=1`), and their `mlbench ab` timers (ExecuTorch's
+offers no switch). The check's factor is set so that every pool reads as stalled, or none does: what is tested is that each backend then measures with the count the
 check chose, says so, and still computes the right outputs (an ExecuTorch method run on a pool that was
 replaced would read freed memory). The stall itself is reproduced under a busy loop in
 tests/test_thread_check.py."""
@@ -55,7 +55,7 @@ def _measure(tmp_path: Path, target: dict):
     backend = backend_class(target["backend"])(config.targets[0], config, ArtifactCache(tmp_path / "cache"))
     backend.base_dir = tmp_path
     exported = backend.export(loaded, variant)
-    return lambda: backend.measure(loaded, exported, variant)
+    return (lambda: backend.measure(loaded, exported, variant)), (lambda: backend.call_timer(loaded, exported, variant))
 
 
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every pool has one thread, nothing to check")
@@ -65,7 +65,7 @@ def test_each_runtime_measures_with_one_thread_when_its_pool_is_stalled_and_as_c
     target, modules = TARGETS[name]
     for module in modules:
         pytest.importorskip(module)
-    measure = _measure(tmp_path, target)
+    measure, call_timer = _measure(tmp_path, target)
 
     monkeypatch.setattr(thread_check, "STALL_FACTOR", 0.0)  # every pool reads as stalled
     stalled = measure()
@@ -87,3 +87,14 @@ def test_each_runtime_measures_with_one_thread_when_its_pool_is_stalled_and_as_c
         from mlbench.backends.executorch.threads import PoolSwitch
 
         assert PoolSwitch.configured() == 2
+
+    timer = call_timer()  # `mlbench ab`'s copy: the same check, then its pool switched for the rounds
+    if name == "executorch":  # a process-wide pool every copy holds at once: no switch offered
+        assert timer.set_threads is None and timer.check_threads() is None
+        return
+    monkeypatch.setattr(thread_check, "STALL_FACTOR", 0.0)
+    check = timer.check_threads()
+    assert check is not None and check.stalled and check.configured == timer.threads == 2
+    timer.use_threads(1)
+    assert len(timer.time(calls=3, warmup=1)) == 3
+    timer.close()

@@ -96,6 +96,31 @@ def test_cli_output_exit_codes_and_variants_on_one_side(write_pipeline, capsys):
     assert capsys.readouterr().err == "--instances must be at least 1, got 0\n"
 
 
+def test_a_stalled_thread_pool_puts_both_sides_on_one_thread_before_the_rounds(write_pipeline, monkeypatch):
+    """The check's factor set so that any pool reads as stalled (the stall itself is reproduced under a busy loop
+    in tests/test_thread_check.py): both sides are then timed with one thread, and the records and the console
+    say so."""
+    import mlbench.run.ab as ab
+    import mlbench.thread_check as thread_check
+
+    monkeypatch.setattr(thread_check, "STALL_FACTOR", 0.0)
+    records = []
+    real_record = ab._timed_record
+    monkeypatch.setattr(ab, "_timed_record", lambda *a, **k: records.append(real_record(*a, **k)) or records[-1])
+    base, _ = pipelines(write_pipeline, 2, 2)
+    base.write_text(base.read_text().replace("threads: 1", "threads: 2"))
+    outcomes: list[str] = []
+    run_ab(load_pipeline(base), load_pipeline(base), parse_rules(["latency.median:+50%"]), settings=QUICK,
+           on_variant=lambda vid, outcome: outcomes.append(outcome))
+    assert len(records) == 2
+    for record in records:
+        assert record.latency is not None and record.latency.threads == 1
+        checks = record.details["ab_thread_check"]
+        assert checks["base"]["configured"] == checks["head"]["configured"] == 2 and checks["base"]["stalled"]
+    assert outcomes == [f"measured; {records[1].details['ab_threads']}"]
+    assert outcomes[0].startswith("measured; both sides measured with 1 thread: 2 threads read ")
+
+
 @pytest.mark.skipif(sys.platform == "darwin", reason="Core ML times on macOS")
 def test_core_ml_variants_are_skipped_with_the_reason_off_macos(write_pipeline):
     extra = "  - backend: coreml\n    precision: float16\n    compute_units: cpu_only\n"

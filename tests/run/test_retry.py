@@ -11,7 +11,16 @@ import pytest
 
 from mlbench.cli.main import main
 from mlbench.records import Metric
-from mlbench.run.retry import combine, history_medians, not_remeasured, remeasure, why_suspect
+from mlbench.run.retry import (
+    ReferenceRounds,
+    alternate,
+    combine,
+    history_medians,
+    not_remeasured,
+    reference_for,
+    remeasure,
+    why_suspect,
+)
 from mlbench.stability import Stability
 from tests.compare.test_comparison import rec, run_of
 
@@ -81,6 +90,101 @@ def test_history_medians_read_this_pipelines_runs_on_this_machine(tmp_path):
     assert history_medians(db, "p", key) == {"m/torch/cpu": 0.33}
 
 
+def variant(variant_id: str, median: float, grade: str = "stable"):
+    """A record of `model/backend/device/precision` with a measured median, graded `grade`."""
+    model, backend, device, precision = variant_id.split("/")
+    record = timed(median, grade, ["cv 0.88"] if grade == "unreliable" else None)
+    return record.model_copy(update={"variant_id": variant_id, "model": model, "backend": backend,
+                                     "axes": {"device": device, "precision": precision}})
+
+
+REF, SUSPECT = "m/torch/cpu/float32", "m/onnxruntime/cpu/float32"
+
+
+def measurer(figures: dict[str, list[float]]):
+    """`measure(variant_id)` yielding each variant's next figure in turn, and the order it was asked in."""
+    asked: list[str] = []
+
+    def measure(vid: str):
+        asked.append(vid)
+        yield variant(vid, figures[vid].pop(0))
+
+    return measure, asked
+
+
+def test_the_reference_is_the_models_eager_float32_cpu_variant_and_none_for_itself():
+    records = {v.variant_id: v for v in (variant(REF, 5.0), variant(SUSPECT, 136.0), variant("n/onnxruntime/cpu/float32", 1.0),
+                                         variant("m/torch/cpu/float16", 9.0))}
+    assert reference_for(records[SUSPECT], records) == REF
+    assert reference_for(records["m/torch/cpu/float16"], records) == REF
+    assert reference_for(records[REF], records) is None
+    assert reference_for(records["n/onnxruntime/cpu/float32"], records) is None  # another model's reference only
+
+
+def test_a_suspect_is_measured_alternating_with_its_reference_and_a_held_reference_says_the_variant():
+    # the 400x case: the suspect's first figure moved on its own, its reference measured alike throughout
+    records = {REF: variant(REF, 5.0), SUSPECT: variant(SUSPECT, 136.0)}
+    measure, asked = measurer({REF: [5.1, 4.9], SUSPECT: [0.34, 0.35]})
+    changed = remeasure(records, {SUSPECT: 0.33}, 60, measure, lambda text: None)
+    assert asked == [REF, SUSPECT, REF, SUSPECT]
+    assert list(changed) == [SUSPECT]  # the reference's own record stands as the run measured it
+    record = changed[SUSPECT]
+    assert record.metrics["latency.median"].value == 0.34
+    reference = record.details["remeasured"]["reference"]
+    assert reference == {"variant": REF, "order": "reference, suspect, ...", "first_median_ms": 5.0,
+                         "first_ratio": 136.0 / 5.0, "medians_ms": [5.1, 4.9], "suspect_medians_ms": [0.34, 0.35],
+                         "ratios": [0.34 / 5.1, 0.35 / 4.9], "verdict": "variant"}
+    stability = record.metrics["latency.median"].stability
+    assert stability.grade == "stable"
+    assert stability.adjustments == [
+        "measured again at the end of the run (136 ms is 412x this variant's history median on this machine (0.33 "
+        "ms)): 136 ms then 0.34 ms; this report uses the second; m/torch/cpu/float32 read 5 ms in the run and 5.1, "
+        "4.9 ms in rounds alternating with this variant's 0.34, 0.35 ms: the reference did not move alike, so the "
+        "first figure was this variant's own"]
+
+
+def test_a_reference_that_moved_alike_says_the_first_figure_was_the_machines():
+    records = {REF: variant(REF, 50.0), SUSPECT: variant(SUSPECT, 4.0, "unreliable")}  # both 10x slow at first
+    measure, _ = measurer({REF: [5.0, 5.2], SUSPECT: [0.41, 0.40]})
+    record = remeasure(records, {}, 60, measure, lambda text: None)[SUSPECT]
+    assert record.details["remeasured"]["reference"]["verdict"] == "machine"
+    assert record.metrics["latency.median"].value == 0.40  # the faster of two stable re-measurements
+    assert record.metrics["latency.median"].stability.adjustments[0].endswith(
+        "the reference moved alike, so the first figure was the machine's")
+
+
+def test_a_figure_far_from_history_whose_reference_is_as_far_from_its_own_is_the_machine_and_unreliable():
+    history = {REF: 1.25, SUSPECT: 0.33}  # this machine now reads both ~4x their history, twice alike
+    records = {REF: variant(REF, 5.0), SUSPECT: variant(SUSPECT, 1.30)}
+    measure, asked = measurer({REF: [5.0, 5.1, 5.0], SUSPECT: [1.28, 1.31]})
+    stability = remeasure(records, history, 60, measure, lambda text: None)[SUSPECT].metrics["latency.median"].stability
+    assert asked == [REF, REF, SUSPECT, REF, SUSPECT]  # the reference, suspect too, is measured again on its own first
+    assert stability.grade == "unreliable"
+    assert stability.reasons[-1] == ("3.88x this variant's history median (0.33 ms), measured alike twice, and its "
+                                     "reference variant is as far from its own history: the machine, not the variant")
+    # the reference as in its history: a change of this variant, which a gate still judges
+    measure, _ = measurer({REF: [1.26, 1.24], SUSPECT: [1.28, 1.31]})
+    records = {REF: variant(REF, 1.25), SUSPECT: variant(SUSPECT, 1.30)}
+    changed = remeasure(records, history, 60, measure, lambda text: None)[SUSPECT]
+    assert changed.metrics["latency.median"].stability.grade == "noisy"
+    assert changed.details["remeasured"]["reference"]["verdict"] == "steady"
+
+
+def test_a_second_round_starts_only_while_the_budget_holds_what_the_first_took():
+    measure, asked = measurer({REF: [5.0, 5.0], SUSPECT: [0.34, 0.34]})
+    rounds = ReferenceRounds(REF, 5.0)
+    assert alternate(SUSPECT, rounds, measure, lambda: 0.0) is not None  # the first round is always measured
+    assert asked == [REF, SUSPECT] and rounds.pairs == [(5.0, 0.34)]
+    failing = ReferenceRounds(REF, 5.0)
+
+    def reference_fails(vid: str):
+        yield variant(vid, 0.34) if vid == SUSPECT else rec(REF, status="failed")
+
+    second = alternate(SUSPECT, failing, reference_fails, lambda: 60.0)
+    assert second is not None and failing.pairs == [] and failing.failures == [f"{REF}: measure: boom"] * 2
+    assert failing.judge(136.0) is None  # no round had both: nothing to judge by
+
+
 SLOW_ONCE = '''\
 import os, time
 import torch
@@ -143,3 +247,71 @@ cache: {{dir: cache}}
     assert remeasured["first"]["median_ms"] > 9 and remeasured["used"] == "second"
     assert record["metrics"]["latency.median"]["value"] < 1.0
     assert "measured again at the end of the run" in (tmp_path / "out" / "report.md").read_text()
+
+
+SLOW_HALF_ONCE = '''\
+import os, time
+import torch
+from torch import nn
+
+
+class SlowHalfOnce(nn.Module):
+    """Its float16 variant sleeps through its first calls the first time it runs (as a variant preempted by a
+    neighbour's job would, its reference left alone): the flag file is claimed once, whichever process runs it."""
+
+    def __init__(self, flag: str = "") -> None:
+        super().__init__()
+        self.linear = nn.Linear(8, 8)
+        self.flag, self.slow_calls = flag, None
+
+    def forward(self, x):
+        if x.dtype == torch.float16 and self.slow_calls is None:
+            try:
+                os.rename(self.flag, self.flag + ".claimed")
+                self.slow_calls = 23  # the first measurement's calls: the first, 2 warmup, 20 timed
+            except OSError:
+                self.slow_calls = 0
+        if self.slow_calls:
+            self.slow_calls -= 1
+            time.sleep(0.01)
+        return self.linear(x)
+'''
+
+
+@pytest.mark.torch
+@pytest.mark.slow  # two runs of two variants, then four measurements alternating
+def test_a_suspect_is_measured_again_alternating_with_its_reference_in_a_real_run(tmp_path):
+    (tmp_path / "slow_half.py").write_text(SLOW_HALF_ONCE)
+    flag = tmp_path / "slow-flag"
+    (tmp_path / "p.yaml").write_text(f"""\
+version: 1
+name: retry_ref
+models:
+  - name: lin
+    source: slow_half.py:SlowHalfOnce
+    kwargs: {{flag: "{flag}"}}
+    inputs: [{{name: x, shape: [4, 8]}}]
+targets:
+  - backend: torch
+    device: [cpu]
+    precision: [float32, float16]
+    threads: 1
+latency: {{warmup: 2, repeats: 20, min_time_s: 0}}
+verify: {{samples: 1}}
+report: {{dir: out, formats: [json]}}
+history: {{path: history.sqlite}}
+cache: {{dir: cache}}
+""")
+    assert main(["run", str(tmp_path / "p.yaml"), "--quiet"]) == 0  # the history's run: fast
+    flag.write_text("")  # the next run's float16 variant sleeps 10 ms a call in its first measurement
+    assert main(["run", str(tmp_path / "p.yaml"), "--quiet"]) == 0
+    records = {r["variant_id"]: r for r in json.loads((tmp_path / "out" / "report.json").read_text())["records"]}
+    half = records["lin/torch/cpu/float16"]
+    remeasured = half["details"]["remeasured"]
+    reference = remeasured["reference"]
+    assert reference["variant"] == "lin/torch/cpu/float32" and len(reference["medians_ms"]) == 2, reference
+    assert remeasured["first"]["median_ms"] > 9 and remeasured["used"] == "second"
+    assert half["metrics"]["latency.median"]["value"] < 5
+    # the reference held (well under 5 ms each time) while the suspect moved 10 ms and more: the variant's own
+    assert max(reference["medians_ms"]) < 5 and reference["verdict"] == "variant", reference
+    assert "remeasured" not in records["lin/torch/cpu/float32"]["details"]

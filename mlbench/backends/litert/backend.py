@@ -184,9 +184,17 @@ class LitertBackend(Backend):
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
         from mlbench.backends.litert.runtime import Runner, interpreter
 
-        runner = Runner(interpreter(exported.payload.path, int(variant.axis("threads"))))
+        threads = int(variant.axis("threads"))
+        runner = Runner(interpreter(exported.payload.path, threads))
         feed = runner.feed([t.detach().cpu().numpy() for t in model.sample(0, self._alternative(model, variant))[0]])
-        return CallTimer(lambda: runner(feed))
+        runners, current = {threads: runner}, [runner]
+
+        def set_threads(count: int) -> None:  # a second interpreter: XNNPACK's pool is fixed at its creation
+            if count not in runners:
+                runners[count] = Runner(interpreter(exported.payload.path, count))
+            current[0] = runners[count]
+
+        return CallTimer(lambda: current[0](feed), threads=threads, set_threads=set_threads)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         from mlbench.backends.capture import quiet_native_stderr

@@ -250,8 +250,23 @@ class OnnxruntimeBackend(Backend):
         artifact: OnnxArtifact = exported.payload
         session = self._session(ort, artifact.path, provider, self._session_options(ort))
         feed = _feed(session, model, 0, model.alternative(variant.shape))
-        run = session.run
-        return CallTimer(lambda: run(None, feed))
+        if provider != "cpu":  # other providers run off the CPU's pool: nothing for the stall check to switch
+            run = session.run
+            return CallTimer(lambda: run(None, feed))
+        from mlbench.cpus import available_cpus
+
+        configured = self.target.intra_op_threads or available_cpus()
+        sessions: dict[int, Any] = {configured: session}
+        current = [session]
+
+        def set_threads(count: int) -> None:  # a second session: onnxruntime fixes a session's pool at creation
+            if count not in sessions:
+                options = self._session_options(ort)
+                options.intra_op_num_threads = count
+                sessions[count] = self._session(ort, artifact.path, provider, options)
+            current[0] = sessions[count]
+
+        return CallTimer(lambda: current[0].run(None, feed), threads=configured, set_threads=set_threads)
 
     def measure(self, model: LoadedModel, exported: Exported, variant: Variant) -> Measurement:
         import onnxruntime as ort

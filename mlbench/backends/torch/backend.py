@@ -183,9 +183,27 @@ class TorchBackend(Backend):
                 exported.payload.to("cpu")
 
     def call_timer(self, model: LoadedModel, exported: Exported, variant: Variant) -> CallTimer:
+        import torch
+
         call = self._prepare(model, exported, variant)
-        release = (lambda: exported.payload.to("cpu")) if variant.axis("device") != "cpu" else None
-        return CallTimer(call, context=self._settings, release=release)
+        if variant.axis("device") != "cpu":
+            return CallTimer(call, context=self._settings, release=lambda: exported.payload.to("cpu"))
+        chosen: list[int | None] = [None]  # the stall check's choice, which each block's settings then keep
+
+        @contextmanager
+        def context() -> Iterator[None]:
+            with self._settings():
+                if chosen[0] is not None:
+                    torch_threads(chosen[0])
+                yield
+
+        def set_threads(count: int) -> None:
+            chosen[0] = count
+            torch_threads(count)
+
+        with self._settings():
+            configured = torch.get_num_threads()
+        return CallTimer(call, context=context, threads=configured, set_threads=set_threads)
 
 
 def _require_device(device: str) -> None:

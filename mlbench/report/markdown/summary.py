@@ -17,6 +17,7 @@ from mlbench.records import RunRecord
 from mlbench.report.advice import Group, Row, ship_groups
 from mlbench.report.markdown.layout import Column, table
 from mlbench.report.text import md_cell, md_code
+from mlbench.stability import suffix
 from mlbench.units import human_bytes
 
 if TYPE_CHECKING:
@@ -37,6 +38,9 @@ def _latency(row: Row, group: Group) -> str:
     if row.latency is None:
         return "–"
     text = source_mark(row.latency_source) + format_ms(row.latency) + " ms"
+    if row.latency_source == "measured":  # a timed figure's grade (one for all of a record's timed figures)
+        median = row.record.metrics.get("latency.median")
+        text += suffix(median.stability if median is not None else None)
     if row.latency_source == "estimated" and group.basis_metric is not None:
         metric = row.record.metrics.get(group.basis_metric)
         text += f" on {group.basis_metric.rsplit('.', 1)[-1]}"
