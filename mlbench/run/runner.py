@@ -31,6 +31,7 @@ from mlbench.run.progress import Progress
 from mlbench.run.resume import fingerprint, resume
 from mlbench.run.signals import Stopped, signals_deferred
 from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now, with_failure_details
+from mlbench.run.work import work_summary
 from mlbench.store.cache import ArtifactCache
 
 log = logging.getLogger("mlbench.run")
@@ -255,6 +256,7 @@ class Runner:
                        if r.artifact is not None and r.artifact.key in self.artifacts},
             stage_seconds={k: round(v, 6) for k, v in self.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
+            work=work_summary(records),
         )
 
 

@@ -24,7 +24,7 @@ from mlbench.backends.base import (
 )
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
-from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
+from mlbench.backends.coreml.emulated_verify import verification_metrics
 from mlbench.backends.coreml.target import CoremlTarget, recipe_dict
 from mlbench.machine import package_version
 from mlbench.records import Metric
@@ -155,28 +155,21 @@ class CoremlBackend(Backend):
 
             return measure_generative(self, model, exported, variant, placement_for=placement_for,
                                       static_metrics=static_metrics, not_macos=_not_macos())
-        from mlbench.backends.coreml.memory_estimate import memory_metrics
+        from mlbench.backends.coreml import derived_figures as derived
 
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
-        memory, memory_details = memory_metrics(artifact.package, artifact.analysis)  # on any OS
+        memory, memory_details = derived.memory(self, exported, variant)  # on any OS; once per package
         metrics.update(memory)
         compute_units = variant.axis("compute_units")
 
-        def emulate() -> tuple[Any, str | None]:
-            precision, recipe = variant.axis("precision"), variant.axis("optimize")
-            return emulated_verification(
-                artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
-                tolerance=self.config.verify.tolerance_for(precision, recipe),
-                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe))
-
         if sys.platform != "darwin":
-            placement = with_reshape_note(placement_for(artifact, compute_units, observed=self._observing()),
-                                          artifact, self.target.reshape_frequency)
-            metrics.update(placement_metrics(placement))
-            details = self._estimates(artifact, placement, metrics)
+            estimated = derived.estimates(self, exported, variant)  # once per package, compute units and chips
+            placement = estimated.placement
+            metrics.update(estimated.metrics)
+            details = dict(estimated.details)
             details["memory_estimate"] = memory_details
-            emulated, why_not = emulate()
+            emulated, why_not = derived.emulated(self, exported, model, variant)  # once per package and inputs
             reason = _not_macos()
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                                ("latency.best", "ms"), ("latency.p90", "ms")):
@@ -197,7 +190,7 @@ class CoremlBackend(Backend):
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         result.details["memory_estimate"] = memory_details
-        emulated, why_not = emulate()
+        emulated, why_not = derived.emulated(self, exported, model, variant)
         # on macOS the measured verification leads; the emulated one stays beside it, so their
         # difference shows what the hardware's own arithmetic adds
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))

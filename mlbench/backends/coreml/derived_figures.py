@@ -1,0 +1,123 @@
+"""The Core ML figures derived from a package alone, computed once and cached beside it
+(`mlbench.backends.cached_figures`):
+
+- the emulated verification (the interpreter's outputs on the input set, compared with eager PyTorch's): once
+  per package, input set, reference outputs, tolerance and interpreter version; compute units never change
+  what a program computes, so the four compute-unit variants of one package share it;
+- the estimated memory: once per package;
+- off macOS, the estimated placement and latency: once per package, compute units, chips (and their profiles
+  and calibration) and version of the rules.
+
+The versions are digests of the code that computes each (`code_version`): editing a kernel, a rule or a chip
+table computes the figures again; nothing else does.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from mlbench.backends.cached_figures import DerivedFigures, cached_figures, code_version, digest_arrays
+from mlbench.machine import package_version
+
+if TYPE_CHECKING:
+    from mlbench.backends.base import Exported
+    from mlbench.backends.coreml.backend import CoremlBackend
+    from mlbench.matrix import Variant
+    from mlbench.records import Verification
+    from mlbench.sources.loading import LoadedModel
+
+EMULATED = "coreml.emulated_verify"
+ESTIMATES = "coreml.estimates"
+MEMORY = "coreml.memory_estimate"
+
+
+def emulator_version() -> str:
+    """The version of what computes an emulated verification: the interpreter, the comparison, numpy."""
+    return f"numpy {package_version('numpy')}/" + code_version(
+        "mlbench.backends.coreml.emulate", "mlbench.backends.coreml.emulated_verify", "mlbench.verify",
+        "mlbench.overflow", "mlbench.sources.inputs")
+
+
+def rules_version() -> str:
+    """The version of what computes placement, latency and memory estimates: the Apple-silicon model (rules,
+    cost, chips, calibration fit) and the Core ML backend's use of it."""
+    return code_version("mlbench.backends.apple", "mlbench.backends.coreml.backend",
+                        "mlbench.backends.coreml.memory_estimate", "mlbench.backends.coreml.flexible_memory")
+
+
+def emulated(backend: CoremlBackend, exported: Exported, model: LoadedModel, variant: Variant
+             ) -> tuple[Verification | None, str | None]:
+    """(verification, None) or (None, why not), as `emulated_verification` gives them, computed once per
+    package and input set."""
+    from mlbench.backends.coreml.emulated_verify import emulated_verification, package_feeds
+
+    artifact = exported.payload
+    verify = backend.config.verify
+    precision, recipe = variant.axis("precision"), variant.axis("optimize")
+    alternative = model.alternative(variant.shape)
+    tolerance, min_snr_db = verify.tolerance_for(precision, recipe), verify.min_snr_db_for(precision, recipe)
+
+    def compute() -> DerivedFigures:
+        verification, why_not = emulated_verification(artifact, model, samples=verify.samples,
+                                                       alternative=alternative, tolerance=tolerance,
+                                                       min_snr_db=min_snr_db)
+        return DerivedFigures(verification=verification, why_not=why_not)
+
+    if not model.has_source:
+        figures = compute()
+        return figures.verification, figures.why_not
+    inputs: list[tuple[str, Any]] = []
+    references: list[tuple[str, Any]] = []
+    for index in range(verify.samples):
+        sample, reference = model.sample(index, alternative)
+        inputs.extend((f"{index}.{name}", value) for name, value in package_feeds(model, sample).items())
+        references.extend((f"{index}.{name}", value) for name, value in reference)
+    parts = {"inputs": digest_arrays(inputs), "reference": digest_arrays(references), "tolerance": tolerance,
+             "min_snr_db": min_snr_db, "code": emulator_version()}
+    figures = cached_figures(backend.cache, exported.info, EMULATED, parts, compute, work="emulated",
+                             label=variant.artifact_id)
+    return figures.verification, figures.why_not
+
+
+def memory(backend: CoremlBackend, exported: Exported, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(`memory.estimated` metrics, their details), once per package."""
+    from mlbench.backends.coreml.memory_estimate import memory_metrics
+
+    artifact = exported.payload
+
+    def compute() -> DerivedFigures:
+        metrics, details = memory_metrics(artifact.package, artifact.analysis)
+        return DerivedFigures(metrics=metrics, details=details)
+
+    figures = cached_figures(backend.cache, exported.info, MEMORY, {"code": rules_version()}, compute,
+                             work="estimated", label=variant.artifact_id)
+    return dict(figures.metrics), figures.details
+
+
+def estimates(backend: CoremlBackend, exported: Exported, variant: Variant) -> DerivedFigures:
+    """Off macOS: the estimated placement at the variant's compute units, its metrics and the latency estimates
+    for the target's chips (`placement`, `metrics`, `details`), once per package, compute units and chips."""
+    from mlbench.backends.base import placement_metrics
+    from mlbench.backends.coreml.backend import machine_chip, placement_for, with_reshape_note
+    from mlbench.store.hashing import sha256_path
+
+    artifact, target = exported.payload, backend.target
+    compute_units = variant.axis("compute_units")
+
+    def compute() -> DerivedFigures:
+        placement = with_reshape_note(placement_for(artifact, compute_units, observed=backend._observing()),
+                                      artifact, target.reshape_frequency)
+        metrics = placement_metrics(placement)
+        details = backend._estimates(artifact, placement, metrics)
+        return DerivedFigures(metrics=metrics, placement=placement, details=details)
+
+    calibration = None
+    if target.calibration is not None:
+        path = backend.resolve(target.calibration)
+        calibration = sha256_path(path) if path.exists() else f"missing: {path}"
+    parts = {"compute_units": compute_units, "estimate_on": list(target.estimate_on),
+             "chip_profiles": {k: v.model_dump(mode="json") for k, v in target.chip_profiles.items()},
+             "calibration": calibration, "reshape_frequency": target.reshape_frequency,
+             "this_machine": machine_chip(), "code": rules_version()}
+    return cached_figures(backend.cache, exported.info, ESTIMATES, parts, compute, work="estimated",
+                          label=f"{variant.artifact_id} on {compute_units}")
