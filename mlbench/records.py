@@ -415,17 +415,6 @@ class PipelineInfo(BaseModel):
     sha256: str = Field(description="sha256 of the pipeline file's bytes.")
 
 
-class WorkCount(BaseModel):
-    """How much of one kind of work a run did itself, and how much it found already done (in the cache)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    computed: int = Field(default=0, description="Done by this run (artifacts built, figures computed, variants "
-                          "timed).")
-    cached: int = Field(default=0, description="Found in the cache instead: artifacts, or figures derived from "
-                        "one (each counted once however many variants used it).")
-
-
 class RunReport(BaseModel):
     """A whole run: what ran, where, with which settings, and every record."""
 
@@ -448,13 +437,9 @@ class RunReport(BaseModel):
     )
     stage_seconds: dict[str, float] = Field(
         default_factory=dict, description="Wall time the run spent building models (load), exporting or "
-        "fetching artifacts (export) and measuring (measure); within measure, computing the figures derived from "
-        "an artifact (derived.computed) and finding them in the cache (derived.cached); the child processes' start "
-        "(child_start, summed over children)."
+        "fetching artifacts (export), measuring (measure; of it, derived.computed and derived.cached: figures "
+        "derived from an artifact, computed or found) and starting children (child_start summed, child_start_wall)."
     )
     summary: dict[Status, int] = Field(description="Number of records per status.")
-    work: dict[str, WorkCount] = Field(
-        default_factory=dict, description="What the run did and what it reused, per kind of work: `exported` "
-        "(distinct artifacts built, or found in the cache), the figures derived from an artifact by name "
-        "(`emulated`, `estimated`, ...: distinct cache entries computed, or found), and `timed` (variants whose "
-        "latency was measured).")
+    work: dict[str, dict[Literal["computed", "cached"], int]] = Field(default_factory=dict, description="Per kind of "
+        "work (exported, derived figures: emulated, estimated...; timed), what this run did and what it found done.")

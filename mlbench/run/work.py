@@ -8,49 +8,57 @@ says so, e.g. `51 ok; 0 exported (12 cached), 0 emulated (12 cached), 0 estimate
 - each kind of derived work (`mlbench.store.derived`: `emulated`, `estimated`, `reference-run` ...): distinct
   cache entries computed by this run, or found (a variant that found what another variant of this run computed
   adds nothing to either: the work was done once);
-- timed: variants whose latency was measured.
+- timed: variants whose latency was measured (cached: the records a resumed run took from its journal).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
-from mlbench.records import RunRecord, RunReport, WorkCount
+from mlbench.records import RunRecord, RunReport
 from mlbench.store.derived import DERIVED_DETAILS
 
 EXPORTED, TIMED = "exported", "timed"
+WorkCount = dict[str, int]  # {"computed": n, "cached": m}
 
 
-def work_summary(records: Iterable[RunRecord]) -> dict[str, WorkCount]:
-    """Counts of computed and cached work by kind, in the order a run does it (exported, derived, timed)."""
-    records = list(records)
+def _count(computed: int, cached: int = 0) -> WorkCount:
+    return {"computed": computed, "cached": cached}
+
+
+def work_summary(records: Iterable[RunRecord], reused: frozenset[str] = frozenset()) -> dict[str, WorkCount]:
+    """Counts of computed and cached work by kind, in the order a run does it (exported, derived, timed). The
+    records of `reused` variants (a resumed run's, from the journal) count as found, never as done."""
     built: set[str] = set()
     found: set[str] = set()
     derived: dict[str, tuple[set[str], set[str]]] = {}
-    timed = 0
+    timed = timed_before = 0
     for record in records:
+        earlier = record.variant_id in reused
         info = record.artifact
         if info is not None and not (info.export_path or "").startswith("existing"):
-            (found if info.cache_hit else built).add(info.key)
+            (found if info.cache_hit or earlier else built).add(info.key)
         for use in record.details.get(DERIVED_DETAILS) or []:
             if isinstance(use, dict) and isinstance(use.get("work"), str) and isinstance(use.get("key"), str):
                 computed, cached = derived.setdefault(use["work"], (set(), set()))
-                (computed if use.get("outcome") == "computed" else cached).add(use["key"])
+                (computed if use.get("outcome") == "computed" and not earlier else cached).add(use["key"])
         if record.latency is not None:
-            timed += 1
+            timed_before += earlier
+            timed += not earlier
     out: dict[str, WorkCount] = {}
     if built or found:
-        out[EXPORTED] = WorkCount(computed=len(built), cached=len(found - built))
+        out[EXPORTED] = _count(len(built), len(found - built))
     for work, (computed, cached) in derived.items():
-        out[work] = WorkCount(computed=len(computed), cached=len(cached - computed))
-    out[TIMED] = WorkCount(computed=timed)
+        out[work] = _count(len(computed), len(cached - computed))
+    out[TIMED] = _count(timed, timed_before)
     return out
 
 
-def work_words(work: dict[str, WorkCount]) -> str:
+def work_words(work: dict[str, Any]) -> str:
     """`0 exported (12 cached), 0 emulated (12 cached), 3 timed`."""
-    return ", ".join(f"{count.computed} {name}" + (f" ({count.cached} cached)" if count.cached else "")
-                     for name, count in work.items())
+    return ", ".join(f"{count.get('computed', 0)} {name}" + (f" ({count['cached']} cached)" if count.get("cached")
+                                                              else "") for name, count in work.items())
 
 
 def final_line(report: RunReport, where: str) -> str:

@@ -18,7 +18,6 @@ from mlbench.machine import package_version
 
 if TYPE_CHECKING:
     from mlbench.backends.base import Exported
-    from mlbench.backends.coreai.backend import CoreaiBackend
     from mlbench.matrix import Variant
     from mlbench.records import Verification
     from mlbench.sources.loading import LoadedModel
@@ -34,9 +33,9 @@ def reference_version() -> str:
                                          "mlbench.verify")
 
 
-def reference(backend: CoreaiBackend, exported: Exported, model: LoadedModel, variant: Variant
+def reference(backend: Any, exported: Exported, model: LoadedModel, variant: Variant
               ) -> tuple[Verification | None, str | None, dict[str, Any]]:
-    """`CoreaiBackend._reference`'s (verification, why not, details), computed once per asset and input set."""
+    """`Any._reference`'s (verification, why not, details), computed once per asset and input set."""
     path = Path(exported.payload[0])
 
     def compute() -> DerivedFigures:
@@ -63,8 +62,8 @@ def reference(backend: CoreaiBackend, exported: Exported, model: LoadedModel, va
     return figures.verification, figures.why_not, dict(figures.details)
 
 
-def estimates(backend: CoreaiBackend, exported: Exported, variant: Variant, function: str) -> DerivedFigures:
-    """`CoreaiBackend._estimates`' placement, metrics and details, once per asset, function, compute units and
+def estimates(backend: Any, exported: Exported, variant: Variant, function: str) -> DerivedFigures:
+    """`Any._estimates`' placement, metrics and details, once per asset, function, compute units and
     chips."""
     path = Path(exported.payload[0])
 
@@ -76,6 +75,6 @@ def estimates(backend: CoreaiBackend, exported: Exported, variant: Variant, func
     parts = {"function": function, "compute_units": variant.axis("compute_units"),
              "estimate_on": list(backend.target.estimate_on),
              "code": code_version("mlbench.backends.apple", "mlbench.backends.coreai.estimate",
-                                  "mlbench.backends.coreai.ir", "mlbench.backends.coreai.backend")}
+                                  "mlbench.backends.coreai.ir", type(backend).__module__)}
     return cached_figures(backend.cache, exported.info, ESTIMATES, parts, compute, work="estimated",
                           label=f"{variant.artifact_id} on {variant.axis('compute_units')}")

@@ -159,17 +159,17 @@ class CoremlBackend(Backend):
 
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
-        memory, memory_details = derived.memory(self, exported, variant)  # on any OS; once per package
+        memory, memory_details = derived.memory(self.cache, exported, variant)  # on any OS; once per package
         metrics.update(memory)
         compute_units = variant.axis("compute_units")
 
         if sys.platform != "darwin":
-            estimated = derived.estimates(self, exported, variant)  # once per package, compute units and chips
+            estimated = self._estimated(exported, variant)  # once per package, compute units and chips
             placement = estimated.placement
             metrics.update(estimated.metrics)
             details = dict(estimated.details)
             details["memory_estimate"] = memory_details
-            emulated, why_not = derived.emulated(self, exported, model, variant)  # once per package and inputs
+            emulated, why_not = derived.emulated(self.cache, self.config, exported, model, variant)  # once per inputs
             reason = _not_macos()
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                                ("latency.best", "ms"), ("latency.p90", "ms")):
@@ -190,13 +190,39 @@ class CoremlBackend(Backend):
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         result.details["memory_estimate"] = memory_details
-        emulated, why_not = derived.emulated(self, exported, model, variant)
+        emulated, why_not = derived.emulated(self.cache, self.config, exported, model, variant)
         # on macOS the measured verification leads; the emulated one stays beside it, so their
         # difference shows what the hardware's own arithmetic adds
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
         if emulated is not None:
             result.details["verify_emulated"] = emulated.model_dump(mode="json")
         return result
+
+    def _estimated(self, exported: Exported, variant: Variant) -> Any:
+        """Off macOS: the estimated placement at the variant's compute units, its metrics and latency estimates
+        (`DerivedFigures`), computed once per package, compute units and chips (`derived_figures.estimates`)."""
+        from mlbench.backends.cached_figures import DerivedFigures
+        from mlbench.backends.coreml.derived_figures import estimates
+        from mlbench.store.hashing import sha256_path
+
+        artifact: CoremlArtifact = exported.payload
+        target = self.target
+
+        def compute() -> DerivedFigures:
+            placement = with_reshape_note(placement_for(artifact, variant.axis("compute_units"),
+                                                        observed=self._observing()), artifact, target.reshape_frequency)
+            metrics = placement_metrics(placement)
+            details = self._estimates(artifact, placement, metrics)
+            return DerivedFigures(metrics=metrics, placement=placement, details=details)
+
+        calibration = None
+        if target.calibration is not None:
+            path = self.resolve(target.calibration)
+            calibration = sha256_path(path) if path.exists() else f"missing: {path}"
+        settings = {"estimate_on": list(target.estimate_on), "calibration": calibration,
+                    "chip_profiles": {k: v.model_dump(mode="json") for k, v in target.chip_profiles.items()},
+                    "reshape_frequency": target.reshape_frequency, "this_machine": machine_chip()}
+        return estimates(self.cache, exported, variant, settings, compute)
 
     def _estimates(self, artifact: CoremlArtifact, placement: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""

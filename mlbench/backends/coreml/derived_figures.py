@@ -20,11 +20,14 @@ from mlbench.backends.cached_figures import DerivedFigures, cached_figures, code
 from mlbench.machine import package_version
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mlbench.backends.base import Exported
-    from mlbench.backends.coreml.backend import CoremlBackend
+    from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
     from mlbench.records import Verification
     from mlbench.sources.loading import LoadedModel
+    from mlbench.store.cache import ArtifactCache
 
 EMULATED = "coreml.emulated_verify"
 ESTIMATES = "coreml.estimates"
@@ -45,14 +48,14 @@ def rules_version() -> str:
                         "mlbench.backends.coreml.memory_estimate", "mlbench.backends.coreml.flexible_memory")
 
 
-def emulated(backend: CoremlBackend, exported: Exported, model: LoadedModel, variant: Variant
+def emulated(cache: ArtifactCache, config: PipelineConfig, exported: Exported, model: LoadedModel, variant: Variant
              ) -> tuple[Verification | None, str | None]:
     """(verification, None) or (None, why not), as `emulated_verification` gives them, computed once per
     package and input set."""
     from mlbench.backends.coreml.emulated_verify import emulated_verification, package_feeds
 
     artifact = exported.payload
-    verify = backend.config.verify
+    verify = config.verify
     precision, recipe = variant.axis("precision"), variant.axis("optimize")
     alternative = model.alternative(variant.shape)
     tolerance, min_snr_db = verify.tolerance_for(precision, recipe), verify.min_snr_db_for(precision, recipe)
@@ -74,12 +77,12 @@ def emulated(backend: CoremlBackend, exported: Exported, model: LoadedModel, var
         references.extend((f"{index}.{name}", value) for name, value in reference)
     parts = {"inputs": digest_arrays(inputs), "reference": digest_arrays(references), "tolerance": tolerance,
              "min_snr_db": min_snr_db, "code": emulator_version()}
-    figures = cached_figures(backend.cache, exported.info, EMULATED, parts, compute, work="emulated",
+    figures = cached_figures(cache, exported.info, EMULATED, parts, compute, work="emulated",
                              label=variant.artifact_id)
     return figures.verification, figures.why_not
 
 
-def memory(backend: CoremlBackend, exported: Exported, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
+def memory(cache: ArtifactCache, exported: Exported, variant: Variant) -> tuple[dict[str, Any], dict[str, Any]]:
     """(`memory.estimated` metrics, their details), once per package."""
     from mlbench.backends.coreml.memory_estimate import memory_metrics
 
@@ -89,35 +92,17 @@ def memory(backend: CoremlBackend, exported: Exported, variant: Variant) -> tupl
         metrics, details = memory_metrics(artifact.package, artifact.analysis)
         return DerivedFigures(metrics=metrics, details=details)
 
-    figures = cached_figures(backend.cache, exported.info, MEMORY, {"code": rules_version()}, compute,
+    figures = cached_figures(cache, exported.info, MEMORY, {"code": rules_version()}, compute,
                              work="estimated", label=variant.artifact_id)
     return dict(figures.metrics), figures.details
 
 
-def estimates(backend: CoremlBackend, exported: Exported, variant: Variant) -> DerivedFigures:
+def estimates(cache: ArtifactCache, exported: Exported, variant: Variant, settings: dict[str, Any],
+              compute: Callable[[], DerivedFigures]) -> DerivedFigures:
     """Off macOS: the estimated placement at the variant's compute units, its metrics and the latency estimates
-    for the target's chips (`placement`, `metrics`, `details`), once per package, compute units and chips."""
-    from mlbench.backends.base import placement_metrics
-    from mlbench.backends.coreml.backend import machine_chip, placement_for, with_reshape_note
-    from mlbench.store.hashing import sha256_path
-
-    artifact, target = exported.payload, backend.target
+    (`compute()`: `placement`, `metrics`, `details`), once per package, compute units and the estimate's
+    `settings` (the chips, their profiles and calibration, this machine's chip)."""
     compute_units = variant.axis("compute_units")
-
-    def compute() -> DerivedFigures:
-        placement = with_reshape_note(placement_for(artifact, compute_units, observed=backend._observing()),
-                                      artifact, target.reshape_frequency)
-        metrics = placement_metrics(placement)
-        details = backend._estimates(artifact, placement, metrics)
-        return DerivedFigures(metrics=metrics, placement=placement, details=details)
-
-    calibration = None
-    if target.calibration is not None:
-        path = backend.resolve(target.calibration)
-        calibration = sha256_path(path) if path.exists() else f"missing: {path}"
-    parts = {"compute_units": compute_units, "estimate_on": list(target.estimate_on),
-             "chip_profiles": {k: v.model_dump(mode="json") for k, v in target.chip_profiles.items()},
-             "calibration": calibration, "reshape_frequency": target.reshape_frequency,
-             "this_machine": machine_chip(), "code": rules_version()}
-    return cached_figures(backend.cache, exported.info, ESTIMATES, parts, compute, work="estimated",
+    parts = {"compute_units": compute_units, **settings, "code": rules_version()}
+    return cached_figures(cache, exported.info, ESTIMATES, parts, compute, work="estimated",
                           label=f"{variant.artifact_id} on {compute_units}")
