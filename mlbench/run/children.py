@@ -204,7 +204,6 @@ class ChildPool:
         self.children: list[Child] = []
         self._ended_startup_s = 0.0
         self._ended_starts: list[tuple[float, float]] = []  # (spawned, ready) of the children forgotten
-        self.started = 0  # children started so far
         self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
         self.load_failures: dict[str, str] = {}
         """model name → why it could not be loaded, said once (the supervisor fails its other artifacts at once)"""
@@ -265,7 +264,6 @@ class ChildPool:
     def _start(self, memory_bytes: int, warmups: tuple[str, ...] = ()) -> Child:
         child = Child(memory_bytes, warmups)
         self.children.append(child)
-        self.started += 1
         return child
 
     def release(self, child: Child) -> None:
