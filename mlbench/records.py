@@ -437,6 +437,9 @@ class RunReport(BaseModel):
     )
     stage_seconds: dict[str, float] = Field(
         default_factory=dict, description="Wall time the run spent building models (load), exporting or "
-        "fetching artifacts (export) and measuring (measure)."
+        "fetching artifacts (export), measuring (measure; of it, derived.computed and derived.cached: figures "
+        "derived from an artifact, computed or found) and starting children (child_start summed, child_start_wall)."
     )
     summary: dict[Status, int] = Field(description="Number of records per status.")
+    work: dict[str, dict[Literal["computed", "cached"], int]] = Field(default_factory=dict, description="Per kind of "
+        "work (exported, derived figures: emulated, estimated...; timed), what this run did and what it found done.")

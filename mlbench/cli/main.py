@@ -87,8 +87,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         _err(f"{what}: finished records are kept in {pipeline.report_dir / 'journal.jsonl'} and {partial}; run "
              f"`mlbench run {args.file} --resume` to finish the rest")
         return stopped.exit_code
-    counts = ", ".join(f"{n} {s}" for s, n in report.summary.items() if n)
-    _err(f"{counts}; reports in {pipeline.report_dir}")
+    from mlbench.run.work import final_line
+
+    _err(final_line(report, str(pipeline.report_dir)))
     return 1 if report.summary.get("failed") else 0
 
 

@@ -111,6 +111,7 @@ class Child:
         self.memory_bytes = memory_bytes
         self.busy = False
         self.ready = False
+        self.model: str | None = None  # the model it last worked on (it keeps it built: `tasks.WorkContext`)
 
     def wait_ready(self) -> None:
         """Wait for the child's imports (outside any time limit); ChildDied if it never gets there."""
@@ -202,6 +203,7 @@ class ChildPool:
     def __init__(self) -> None:
         self.children: list[Child] = []
         self._ended_startup_s = 0.0
+        self._ended_starts: list[tuple[float, float]] = []  # (spawned, ready) of the children forgotten
         self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
         self.load_failures: dict[str, str] = {}
         """model name → why it could not be loaded, said once (the supervisor fails its other artifacts at once)"""
@@ -210,29 +212,45 @@ class ChildPool:
         """Seconds every child so far spent starting (summed: children started together overlap)."""
         return self._ended_startup_s + sum(c.startup_s for c in self.children)
 
+    def startup_wall_seconds(self) -> float:
+        """Wall seconds during which at least one child was starting (children started together count once)."""
+        spans = sorted([*self._ended_starts, *((c.spawned, c.spawned + c.startup_s) for c in self.children
+                                               if c.startup_s)])
+        total, reach = 0.0, float("-inf")
+        for begin, end in spans:
+            if end > reach:
+                total += end - max(begin, reach)
+                reach = end
+        return total
+
     def _forget(self, child: Child) -> None:
         with self._lock:
             if child in self.children:
                 self._ended_startup_s += child.startup_s
+                if child.startup_s:
+                    self._ended_starts.append((child.spawned, child.spawned + child.startup_s))
                 self.children.remove(child)
 
-    def acquire(self, memory_bytes: int) -> Child:
+    def acquire(self, memory_bytes: int, model: str | None = None) -> Child:
+        """An idle live child with this memory limit, the one that last worked on `model` first (it holds the
+        model built: a worker serves every variant of a model), else a new one."""
         with self._lock:
-            for child in self.children:
-                if not child.busy and child.memory_bytes == memory_bytes and child.process.poll() is None:
-                    child.busy = True
-                    return child
-            child = Child(memory_bytes)
+            idle = [c for c in self.children
+                    if not c.busy and c.memory_bytes == memory_bytes and c.process.poll() is None]
+            if idle:
+                child = next((c for c in idle if model is not None and c.model == model), idle[0])
+            else:
+                child = self._start(memory_bytes)
             child.busy = True
-            self.children.append(child)
+            if model is not None:
+                child.model = model
             return child
 
     def fresh(self, memory_bytes: int) -> Child:
         """A new child, busy at once: one that measured nothing before (a memory round's)."""
         with self._lock:
-            child = Child(memory_bytes)
+            child = self._start(memory_bytes)
             child.busy = True
-            self.children.append(child)
             return child
 
     def prestart(self, count: int, memory_bytes: int, warmups: tuple[str, ...] = ()) -> None:
@@ -241,7 +259,12 @@ class ChildPool:
         with self._lock:
             idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
             for _ in range(count - len(idle)):
-                self.children.append(Child(memory_bytes, warmups))
+                self._start(memory_bytes, warmups)
+
+    def _start(self, memory_bytes: int, warmups: tuple[str, ...] = ()) -> Child:
+        child = Child(memory_bytes, warmups)
+        self.children.append(child)
+        return child
 
     def release(self, child: Child) -> None:
         child.busy = False

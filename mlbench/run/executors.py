@@ -107,6 +107,7 @@ class LocalExecutor:
         converter takes a second or two to shut down, which the coordinator spends writing the reports."""
         if self.pool.startup_seconds():  # children's interpreter start and imports, outside every stage
             self.stage_seconds["child_start"] = self.pool.startup_seconds()
+            self.stage_seconds["child_start_wall"] = self.pool.startup_wall_seconds()
         self.pool.close_in_background()
 
 

@@ -34,16 +34,33 @@ class Work:
     group: list[Any] | None = None
 
 
+class _Todo:
+    """The work not yet taken, in order (longest first). A slot takes, among the next `window` items (those the
+    slots would start now anyway), one of the model its child last built if there is one, so that the model is
+    not built again; the order otherwise stands, so the longest still start first."""
+
+    def __init__(self, work: list[Work], window: int) -> None:
+        self._items = list(work)
+        self._window = window
+        self._lock = threading.Lock()
+
+    def take(self, model: str | None) -> Work | None:
+        with self._lock:
+            if not self._items:
+                return None
+            near = self._items[:self._window]
+            index = next((i for i, w in enumerate(near) if w.variant.model == model), 0)
+            return self._items.pop(index)
+
+
 def fan_out(pool: ChildPool, spec: WorkSpec, work: list[Work], limits_of: Callable[[Any], ChildLimits], jobs: int,
             threads: int | None, on_done: Callable[[ExportOutcome], None], on_stage: Callable[[str, str], None],
             on_started: Callable[[Any], None], seconds: dict[str, float]) -> Iterator[Finished]:
     """Do `work` in its order, each item in the next free child; export outcomes go to `on_done`, the
     records of measured groups are yielded as they finish."""
-    todo: queue.SimpleQueue[Work] = queue.SimpleQueue()
-    for item in work:
-        todo.put(item)
     events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
     slots = min(jobs, len(work))
+    todo = _Todo(work, slots)
     if slots:
         pool.prestart(slots, limits_of(work[0].variant).memory_bytes)
 
@@ -52,12 +69,13 @@ def fan_out(pool: ChildPool, spec: WorkSpec, work: list[Work], limits_of: Callab
 
     def slot() -> None:
         own: dict[str, float] = {}  # this thread's stage seconds, added up by the caller's thread
+        model: str | None = None
         try:
             while True:
-                try:
-                    item = todo.get_nowait()
-                except queue.Empty:
+                item = todo.take(model)
+                if item is None:
                     break
+                model = item.variant.model
                 limits = limits_of(item.variant)
                 if item.group is None:
                     events.put(("exported", export_one(pool, spec, item.variant, limits, threads, own, stage)))

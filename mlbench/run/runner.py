@@ -31,6 +31,7 @@ from mlbench.run.progress import Progress
 from mlbench.run.resume import fingerprint, resume
 from mlbench.run.signals import Stopped, signals_deferred
 from mlbench.run.tasks import ExportOutcome, Finished, WorkContext, WorkSpec, utc_now, with_failure_details
+from mlbench.run.work import work_summary
 from mlbench.store.cache import ArtifactCache
 
 log = logging.getLogger("mlbench.run")
@@ -68,6 +69,7 @@ class Runner:
         self.run_id = uuid.uuid4().hex[:12]
         self.created = utc_now()
         self.records: dict[str, RunRecord] = {}
+        self.reused: frozenset[str] = frozenset()  # variants whose records a resume took from the journal
         self.built_keys: set[str] = set()  # artifacts this run built ahead of measuring them
         self.artifacts: dict[str, dict] = {}
         self.measure_load: tuple[LoadSample, LoadSample | None] | None = None  # the measurement phase's window
@@ -110,6 +112,7 @@ class Runner:
         found = resume(contents, self.plan.variants, self.config, self.pipeline.sha256,
                        retry_crashed=self.retry_crashed)
         self.records.update(found.kept)
+        self.reused = frozenset(found.kept)
         self.resume_note = (f"resuming: {len(found.kept)} finished record{'s' if len(found.kept) != 1 else ''} "
                             f"reused from {self.journal.path}")
         self.artifacts.update(contents.artifacts)
@@ -255,6 +258,7 @@ class Runner:
                        if r.artifact is not None and r.artifact.key in self.artifacts},
             stage_seconds={k: round(v, 6) for k, v in self.stage_seconds.items()},
             summary={s: sum(r.status == s for r in records) for s in ("ok", "failed", "skipped")},
+            work=work_summary(records, self.reused),
         )
 
 

@@ -115,7 +115,7 @@ def export_one(pool: ChildPool, spec: WorkSpec, variant: Any, limits: ChildLimit
     known = pool.load_failures.get(variant.model)
     if known is not None:
         return ExportOutcome(variant.id, failure=known)
-    child = pool.acquire(limits.memory_bytes)
+    child = pool.acquire(limits.memory_bytes, variant.model)
     doing, lost = "while starting", False
     try:
         child.send(("export", spec, variant, threads))  # waits for a fresh child's imports first
@@ -192,7 +192,7 @@ def _measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Ch
             yield Finished(failed_record(variant, "failed", known))
         return
     while remaining:
-        child = pool.acquire(limits.memory_bytes)
+        child = pool.acquire(limits.memory_bytes, group[0].model)
         current: Any = None
         doing, limit_name, lost = "while starting", "export_s", True
         started, t0 = utc_now(), time.perf_counter()

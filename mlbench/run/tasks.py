@@ -29,6 +29,7 @@ from mlbench.matrix import Variant
 from mlbench.plugins.registry import backend_class
 from mlbench.records import RunRecord
 from mlbench.store.cache import ArtifactCache
+from mlbench.store.derived import DERIVED_DETAILS, derived_of
 
 
 def utc_now() -> str:
@@ -228,9 +229,12 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
     started, t0 = utc_now(), time.perf_counter()
     common: dict[str, Any] = {"artifact": exported.info}
     heat = thermal.before_variant(ctx.config.latency.max_thermal_state, ctx.config.latency.thermal_wait_s)
+    derived = derived_of(ctx.cache)
+    derived.take_tally()  # what the export's own lookups found is not this variant's
     try:
         with ctx.timed("measure"):
             result = backend.measure(model, exported, variant)
+        work = _derived_work(ctx, derived.take_tally())
     except VariantSkipped as exc:
         return _record(variant, "skipped", started, t0, error=str(exc), **common)
     except Exception as exc:  # noqa: BLE001
@@ -245,8 +249,19 @@ def _measure(ctx: WorkContext, backend: Backend, model: Any, exported: Any, vari
                 error += f" ({result.verify.source})"
     details = result.details if exported.info else {**exported.details, **result.details}
     details.setdefault("thermal", thermal.after_variant(heat))  # a connected device's own reading wins
+    if work:  # the derived figures it used: computed here, or found in the cache (`store/derived.py`)
+        details = {**details, DERIVED_DETAILS: work}
     return _record(variant, status, started, t0, error=error, metrics=result.metrics, latency=result.latency,
                    verify=result.verify, placement=result.placement, details=details, **common)
+
+
+def _derived_work(ctx: WorkContext, outcomes: list[Any]) -> list[dict[str, Any]]:
+    """The derived figures a measurement used, for its record; their seconds (within "measure") go to the stages
+    "derived.computed" and "derived.cached", so a run says what its reuse saved."""
+    for outcome in outcomes:
+        stage = "derived.computed" if outcome.computed else "derived.cached"
+        ctx.stage_seconds[stage] = ctx.stage_seconds.get(stage, 0.0) + outcome.seconds
+    return [outcome.as_json() for outcome in outcomes]
 
 
 def memory_round(ctx: WorkContext, group: list[Variant]) -> dict[str, dict[str, Any]]:

@@ -6,8 +6,9 @@ atomic rename of a fully written, fsynced folder, so a crash or a concurrent run
 half-built one. A lookup re-checks the checksum, so a damaged entry is rebuilt, not used — unless
 the stat state (`mlbench.store.state`) shows the artifact's files untouched since they last hashed
 right; `verify()` (`mlbench cache verify`) hashes every entry regardless.
-No locks: two processes that miss at once both build, the first rename wins and the other
-adopts the winner's entry.
+No locks on artifacts: two processes that miss at once both build, the first rename wins and the other
+adopts the winner's entry. Figures derived from an artifact (`derived.py`) are entries too, each computed
+under a lock of its own (`locks.py`).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from mlbench.store.entry import (
     valid_artifact_name,
 )
 from mlbench.store.hashing import jsonable, path_size, sha256_path
+from mlbench.store.locks import clear_locks
 from mlbench.store.marker import claim, is_ours_in_tmp, is_real_dir
 from mlbench.store.pins import Pins
 from mlbench.store.stale import build_owner_dead, host_tag
@@ -423,6 +425,7 @@ class ArtifactCache:
             if KEY_RE.fullmatch(entry_dir.name) and (is_real_dir(entry_dir) or entry_dir.is_symlink()):
                 count += self._evict_unless_in_use(entry_dir)
         self._clean_tmp()
+        clear_locks(self.root)
         self._remove_empty_shards()
         return count
 

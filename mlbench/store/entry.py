@@ -13,6 +13,7 @@ from typing import Any
 
 META_NAME = "meta.json"
 TMP_DIR = "tmp"
+LOCKS_DIR = "locks"  # one lock file per key being computed (`locks.py`)
 STALE_TMP_SECONDS = 3600  # a build folder untouched this long belongs to a dead process
 MIN_PREFIX = 4
 MAX_META_BYTES = 64 << 20  # a meta.json is a few KiB (a Core ML analysis: a few MiB); more is not one

@@ -6,7 +6,8 @@ backup tools also read) naming mlbench. Removing anything (`cache clear`, `cache
 the stale-build cleanup every run starts with) needs that tag, so pointing `--dir` or `cache: {dir: .}` at
 a folder of one's own is refused in one line instead of emptying its `tmp/`. A folder that is missing or
 empty becomes a cache (the tag is written); a cache written before the tag existed is recognised by its
-layout (nothing but shard folders of key folders, tmp/ of mlbench's names, the stat state) and tagged.
+layout (nothing but shard folders of key folders, tmp/ of mlbench's names, locks/ of key lock files, the stat
+state) and tagged.
 
 In tmp/, only `build-KEY-HOST.PID-…` folders (a build in progress or left by a dead process) and
 `trash-HEX` (an eviction cut short) are mlbench's.
@@ -20,7 +21,7 @@ import stat
 from pathlib import Path
 
 from mlbench.errors import UserError
-from mlbench.store.entry import KEY_RE, SHARD_RE, TMP_DIR
+from mlbench.store.entry import KEY_RE, LOCKS_DIR, SHARD_RE, TMP_DIR
 from mlbench.store.state import STATE_FILES
 
 TAG_NAME = "CACHEDIR.TAG"
@@ -53,7 +54,7 @@ def has_tag(root: Path) -> bool:
 def _looks_like_an_old_cache(root: Path, names: list[str]) -> bool:
     """Nothing but what mlbench puts in a cache: shard folders of key folders, tmp/ of mlbench's own
     names, the stat state."""
-    if not all(SHARD_RE.fullmatch(n) or n == TMP_DIR or n in STATE_FILES for n in names):
+    if not all(SHARD_RE.fullmatch(n) or n in (TMP_DIR, LOCKS_DIR) or n in STATE_FILES for n in names):
         return False
     for name in names:
         folder = root / name
@@ -65,7 +66,7 @@ def _looks_like_an_old_cache(root: Path, names: list[str]) -> bool:
             children = os.listdir(folder)
         except OSError:
             return False
-        ours = is_ours_in_tmp if name == TMP_DIR else KEY_RE.fullmatch
+        ours = (is_ours_in_tmp if name == TMP_DIR else is_lock_name if name == LOCKS_DIR else KEY_RE.fullmatch)
         if not all(ours(c) for c in children):
             return False
     return True
@@ -114,6 +115,10 @@ def claim(root: Path, *, create: bool) -> bool:
     finally:
         Path(tmp).unlink(missing_ok=True)
     return True
+
+
+def is_lock_name(name: str) -> bool:
+    return name.endswith(".lock") and KEY_RE.fullmatch(name.removesuffix(".lock")) is not None
 
 
 def is_ours_in_tmp(name: str) -> bool:

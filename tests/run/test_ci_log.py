@@ -71,7 +71,7 @@ def test_a_piped_run_prints_a_line_at_once_and_each_long_stage(tmp_path):
     assert "  start measure slow/torch/cpu/float32" in text  # ≥ 1.6 s of sleeping calls: announced
     record = next(i for i, line in enumerate(text) if line.startswith("[1/1] slow/torch/cpu/float32  ok  median "))
     assert text.index("  start measure slow/torch/cpu/float32") < record
-    assert text[-1] == f"1 ok; reports in {tmp_path / 'out'}"
+    assert text[-1] == f"1 ok; 1 timed; reports in {tmp_path / 'out'}"
     gaps = [later - earlier for (earlier, _), (later, _) in itertools.pairwise(lines)]
     assert max(gaps) < 30, lines  # the heartbeat: never 30 s without a line
 
@@ -127,7 +127,7 @@ def test_resume_says_how_many_finished_records_it_reused(write_pipeline, tiny_pi
     assert main(["run", "--resume", str(path)]) == 0
     assert capsys.readouterr().err.splitlines() == [
         f"resuming: 1 finished record reused from {tmp_path / 'out' / 'journal.jsonl'}", "0 of 1 variant to run",
-        f"1 ok; reports in {tmp_path / 'out'}"]
+        f"1 ok; 0 timed (1 cached); reports in {tmp_path / 'out'}"]
 
 
 def test_the_eta_counts_down_from_this_run_s_records_and_says_when_a_variant_overruns():

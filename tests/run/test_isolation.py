@@ -105,7 +105,7 @@ def check(report, tmp_path) -> None:
 def test_faults_cost_their_own_variants_with_one_job(write_pipeline, tmp_path, capsys):
     path = write_pipeline(FAULTS)
     assert main(["run", "-q", "--jobs", "1", str(path)]) == 1  # finished, with failed variants
-    assert capsys.readouterr().err.endswith(f"2 ok, 7 failed; reports in {tmp_path / 'out'}\n")
+    assert capsys.readouterr().err.endswith(f"2 ok, 7 failed; 1 exported, 2 timed; reports in {tmp_path / 'out'}\n")
     check(_report(tmp_path), tmp_path)
     hog = outcomes(_report(tmp_path))["hog/torch/cpu/float32"][1]
     assert re.match(re.escape(MEMORY) + MEMORY_TAIL.format(stage="measure"), hog), hog  # the peak the child saw

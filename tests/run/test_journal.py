@@ -169,7 +169,7 @@ def test_resume_after_a_kill_mid_write_reuses_what_finished(write_pipeline, tiny
 
     capsys.readouterr()
     assert main(["run", "-q", "--resume", str(path)]) == 0
-    assert capsys.readouterr().err == f"2 ok; reports in {tmp_path / 'out'}\n"
+    assert capsys.readouterr().err == f"2 ok; 1 timed (1 cached); reports in {tmp_path / 'out'}\n"
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     started = {r["variant_id"]: r["started"] for r in report["records"]}
     assert list(started) == ["tiny_cnn/torch/cpu/float32", "tiny_cnn/torch/cpu/bfloat16"]

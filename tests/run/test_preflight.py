@@ -80,4 +80,4 @@ def test_a_run_some_of_which_can_run_goes_ahead(tmp_path):
     """coremltools missing, torch there: the torch variants run, the Core ML one is skipped naming its extra."""
     result = run_blocked(tmp_path, {"coremltools"}, f"{TORCH}\n{COREML}")
     assert result.returncode == 0, result.stderr
-    assert "2 ok, 1 skipped; reports in" in result.stderr
+    assert "2 ok, 1 skipped; 2 timed; reports in" in result.stderr

@@ -34,7 +34,7 @@ targets:"""
     assert main(["run", str(path)]) == 1  # some variants failed
     err = capsys.readouterr().err
     assert "[1/6] tiny_cnn/torch/cpu/float32  ok  median" in err
-    assert err.startswith("6 variants to run\n") and "2 ok, 4 failed; reports in" in err
+    assert err.startswith("6 variants to run\n") and "2 ok, 4 failed; 2 timed; reports in" in err
 
     data = json.loads((tmp_path / "out" / "report.json").read_text())
     jsonschema.validate(data, report_schema())

@@ -88,7 +88,7 @@ def test_a_run_beside_a_damaged_history_writes_every_report_and_warns(write_pipe
     malformed = f"{db}: not a usable history database: database disk image is malformed"
     assert err == [f"warning: no trends in the HTML report: {malformed}",
                    f"warning: run not added to the history: {malformed}",
-                   f"1 ok; reports in {out}"]
+                   f"1 ok; 1 timed; reports in {out}"]
     run_id = json.loads((out / "report.json").read_text())["run_id"]
     for name, old in before.items():  # every report is this run's
         assert (out / name).read_bytes() != old, name

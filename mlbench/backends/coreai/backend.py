@@ -230,15 +230,18 @@ class CoreaiBackend(Backend):
             from mlbench.backends.coreai.device import measure_on_device
 
             return measure_on_device(path, model, variant, self.config, metrics, self._function(model, variant))
-        verification, why_not, details = self._reference(Path(path), model, variant)
+        from mlbench.backends.coreai import derived_figures as derived
+
+        verification, why_not, details = derived.reference(self, exported, model, variant)  # once per asset, inputs
         metrics.update(verification_metrics(verification, why_not))
         metrics.update(reference_memory(details.pop("memory", None), why_not))
         for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                            ("latency.best", "ms"), ("latency.p90", "ms")):
             metrics[name] = Metric.absent(unit, NO_DEVICE)
-        placement, estimated = self._estimates(Path(path), variant, metrics, self._function(model, variant))
-        details.update(estimated)
-        return Measurement(metrics=metrics, verify=verification, placement=placement, details=details)
+        estimated = derived.estimates(self, exported, variant, self._function(model, variant))
+        metrics.update(estimated.metrics)
+        details.update(estimated.details)
+        return Measurement(metrics=metrics, verify=verification, placement=estimated.placement, details=details)
 
     def _function(self, model: LoadedModel, variant: Variant) -> str:
         """The function a variant runs: ``main``, or its enumerated shape's ``main_s<label>`` (``shapes``)."""

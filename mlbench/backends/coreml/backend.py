@@ -24,7 +24,7 @@ from mlbench.backends.base import (
 )
 from mlbench.backends.cached_export import build_cached
 from mlbench.backends.coreml.artifact import CoremlArtifact
-from mlbench.backends.coreml.emulated_verify import emulated_verification, verification_metrics
+from mlbench.backends.coreml.emulated_verify import verification_metrics
 from mlbench.backends.coreml.target import LOCAL_DEVICE, CoremlTarget, recipe_dict
 from mlbench.backends.localize_hook import localize_if_close
 from mlbench.machine import package_version
@@ -166,28 +166,21 @@ class CoremlBackend(Backend):
 
             return measure_generative(self, model, exported, variant, placement_for=placement_for,
                                       static_metrics=static_metrics, not_macos=_not_macos())
-        from mlbench.backends.coreml.memory_estimate import memory_metrics
+        from mlbench.backends.coreml import derived_figures as derived
 
         artifact: CoremlArtifact = exported.payload
         metrics = static_metrics(artifact.analysis)
-        memory, memory_details = memory_metrics(artifact.package, artifact.analysis)  # on any OS
+        memory, memory_details = derived.memory(self.cache, exported, variant)  # on any OS; once per package
         metrics.update(memory)
         compute_units = variant.axis("compute_units")
 
-        def emulate() -> tuple[Any, str | None]:
-            precision, recipe = variant.axis("precision"), variant.axis("optimize")
-            return emulated_verification(
-                artifact, model, samples=self.config.verify.samples, alternative=model.alternative(variant.shape),
-                tolerance=self.config.verify.tolerance_for(precision, recipe),
-                min_snr_db=self.config.verify.min_snr_db_for(precision, recipe), float32=precision == "float32")
-
         if sys.platform != "darwin":
-            placement = with_reshape_note(placement_for(artifact, compute_units, observed=self._observing()),
-                                          artifact, self.target.reshape_frequency)
-            metrics.update(placement_metrics(placement))
-            details = self._estimates(artifact, placement, metrics)
+            estimated = self._estimated(exported, variant)  # once per package, compute units and chips
+            placement = estimated.placement
+            metrics.update(estimated.metrics)
+            details = dict(estimated.details)
             details["memory_estimate"] = memory_details
-            emulated, why_not = emulate()
+            emulated, why_not = derived.emulated(self.cache, self.config, exported, model, variant)  # once per inputs
             reason = _not_macos()
             for name, unit in (("load_time", "ms"), ("first_call", "ms"), ("latency.median", "ms"),
                                ("latency.best", "ms"), ("latency.p90", "ms")):
@@ -209,7 +202,7 @@ class CoremlBackend(Backend):
         result.metrics.update(placement_metrics(result.placement))
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         result.details["memory_estimate"] = memory_details
-        emulated, why_not = emulate()
+        emulated, why_not = derived.emulated(self.cache, self.config, exported, model, variant)
         # on macOS the measured verification leads; the emulated one stays beside it, so their
         # difference shows what the hardware's own arithmetic adds
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
@@ -223,6 +216,7 @@ class CoremlBackend(Backend):
 
         return localize_if_close(self, model, variant, verification, localize_variant,
                                  existing=self.target.package is not None)
+
     def _measure_on_device(self, model: LoadedModel, exported: Exported, variant: Variant, wanted: str) -> Measurement:
         """A connected iPhone or iPad (`device:`), through coremltools' remote device (`remote.py`)."""
         from mlbench.backends.coreml.memory_estimate import memory_metrics
@@ -238,6 +232,32 @@ class CoremlBackend(Backend):
         result.details.update(self._estimates(artifact, result.placement, result.metrics))
         result.details["memory_estimate"] = memory_details
         return result
+
+    def _estimated(self, exported: Exported, variant: Variant) -> Any:
+        """Off macOS: the estimated placement at the variant's compute units, its metrics and latency estimates
+        (`DerivedFigures`), computed once per package, compute units and chips (`derived_figures.estimates`)."""
+        from mlbench.backends.cached_figures import DerivedFigures
+        from mlbench.backends.coreml.derived_figures import estimates
+        from mlbench.store.hashing import sha256_path
+
+        artifact: CoremlArtifact = exported.payload
+        target = self.target
+
+        def compute() -> DerivedFigures:
+            placement = with_reshape_note(placement_for(artifact, variant.axis("compute_units"),
+                                                        observed=self._observing()), artifact, target.reshape_frequency)
+            metrics = placement_metrics(placement)
+            details = self._estimates(artifact, placement, metrics)
+            return DerivedFigures(metrics=metrics, placement=placement, details=details)
+
+        calibration = None
+        if target.calibration is not None:
+            path = self.resolve(target.calibration)
+            calibration = sha256_path(path) if path.exists() else f"missing: {path}"
+        settings = {"estimate_on": list(target.estimate_on), "calibration": calibration,
+                    "chip_profiles": {k: v.model_dump(mode="json") for k, v in target.chip_profiles.items()},
+                    "reshape_frequency": target.reshape_frequency, "this_machine": machine_chip()}
+        return estimates(self.cache, exported, variant, settings, compute)
 
     def _estimates(self, artifact: CoremlArtifact, placement: Any, metrics: dict[str, Metric]) -> dict[str, Any]:
         """latency.estimated.<chip> for the target's estimate_on chips (into metrics); their parts as details."""

@@ -132,17 +132,29 @@ class ExecutorchBackend(Backend):
             return "the ExecuTorch CoreMLBackend runs only on macOS and iOS"
         return None
 
-    def _embedded(self, artifact: PteArtifact, details: dict[str, Any]) -> dict[str, Metric]:
+    def _embedded(self, artifact: PteArtifact, details: dict[str, Any], exported: Exported | None = None,
+                  label: str = "") -> dict[str, Metric]:
         """The Core ML analysis of the programs the Core ML delegate embeds: `coreml_delegate.<device>` and
-        `latency.estimated.<chip>` (estimated); their placement and estimate parts go to details."""
+        `latency.estimated.<chip>` (estimated); their placement and estimate parts go to details. Computed once
+        per artifact and chips, and cached beside it (`cached_figures`)."""
+        from mlbench.backends.cached_figures import DerivedFigures, cached_figures, code_version
         from mlbench.backends.executorch.coreml_programs import analyse_programs
 
         packages = artifact.summary.get("coreml_programs") or []
         if not packages:
             return {}
-        metrics, details["coreml_programs"] = analyse_programs(artifact.folder, packages,
-                                                               list(self.target.estimate_on))
-        return metrics
+        estimate_on = list(self.target.estimate_on)
+
+        def compute() -> DerivedFigures:
+            metrics, programs = analyse_programs(artifact.folder, packages, estimate_on)
+            return DerivedFigures(metrics=metrics, details={"coreml_programs": programs})
+
+        code = code_version("mlbench.backends.apple", "mlbench.backends.executorch.coreml_programs")
+        figures = cached_figures(self.cache, exported.info if exported is not None else None,
+                                 "executorch.coreml_delegate_estimates", {"estimate_on": estimate_on, "code": code},
+                                 compute, work="estimated", label=label)
+        details["coreml_programs"] = figures.details["coreml_programs"]
+        return dict(figures.metrics)
 
     def _load(self, artifact: PteArtifact) -> Any:
         from executorch.runtime import Runtime
@@ -198,7 +210,7 @@ class ExecutorchBackend(Backend):
         if "flops" in artifact.summary:
             details["partition"]["flops"] = artifact.summary["flops"]
         if delegate == "coreml":
-            metrics.update(self._embedded(artifact, details))
+            metrics.update(self._embedded(artifact, details, exported, variant.artifact_id))
         why = self._unavailable(delegate)
         if why:
             placement = build_placement(artifact.summary, delegate, None)
