@@ -88,3 +88,61 @@ def line_of_here(marker: str) -> int:
         if text.rstrip().endswith(f"# LINE:{marker}"):
             return number
     raise LookupError(marker)
+
+
+MODEL = (
+    "import torch\n"
+    "class WideThenNarrow(torch.nn.Module):\n"
+    "    def __init__(self):\n"
+    "        super().__init__()\n"
+    "        self.wide = torch.nn.Linear(64, 48)\n"
+    "        self.narrow = torch.nn.Linear(48, 16)\n"
+    "    def forward(self, x):\n"
+    "        return self.narrow(torch.relu(self.wide(x)))\n"
+)
+
+PIPELINE = """\
+version: 1
+name: etloc
+models:
+  - name: two
+    source: model.py:WideThenNarrow
+    inputs: [{name: x, shape: [4, 64]}]
+targets:
+  - backend: executorch
+    delegate: [xnnpack, portable]
+    precision: [float16]
+  - backend: executorch
+    optimize: q4
+optimizations:
+  q4: {kind: xnnpack_quantize, scheme: 8da4w, group_size: 32}
+latency: {warmup: 0, repeats: 1, min_time_s: 0.0, retry_s: 0}
+verify: {samples: 2, tolerance: {float16: 1.0e-6, q4: 1.0e-6}}
+cache: {dir: cache}
+report: {dir: out, formats: [json]}
+"""
+
+
+@pytest.mark.slow
+def test_a_run_localizes_xnnpack_and_portable_variants_with_the_runtimes_own_figure(tmp_path):
+    pytest.importorskip("executorch.runtime", reason="the executorch runtime is not installed")
+    from mlbench.localization import ErrorLocalization
+    from mlbench.run.runner import run
+    from mlbench.validate import load_pipeline
+
+    (tmp_path / "model.py").write_text(MODEL, encoding="utf-8")
+    (tmp_path / "pipeline.yaml").write_text(PIPELINE, encoding="utf-8")
+    report = run(load_pipeline(tmp_path / "pipeline.yaml"))
+    records = {r.variant_id.removeprefix("two/executorch/"): r for r in report.records}
+    for name in ("xnnpack/float16/none", "portable/float16/none"):
+        record = records[name]
+        assert record.status == "failed" and "exceeds the tolerance" in record.error  # so it is localized
+        assert "localization" in record.details, record.details.get("localization_error")
+        found = ErrorLocalization.model_validate(record.details["localization"])
+        assert found.source == "emulated" and found.notes[0].startswith("emulated: ExecuTorch logs no values")
+        assert {op.origin.label for op in found.ops if op.origin} >= {"wide", "narrow", "relu"}
+        runtime = next(n for n in found.notes if n.startswith("the .pte run by ExecuTorch"))
+        assert "(measured)" in runtime and name.split("/")[0] in runtime
+    quantized = ErrorLocalization.model_validate(records["xnnpack/float32/q4"].details["localization"])
+    assert quantized.modules[0].module == "wide" and quantized.modules[0].share >= 0.9
+
