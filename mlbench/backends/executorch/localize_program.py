@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -42,6 +43,9 @@ STANDS_FOR_INPUT = ("_to_copy", "to", "type_as", "clone", "alias", "contiguous")
 HIDDEN = ("getitem", "choose_qparams", "_assert")
 """Ops whose outputs are not values of the model (a quantization's scale and zero point, a check): left out of
 the table, as are ops computing from constants only (a weight's dequantization: the weight is the op's own data)."""
+
+
+WRAPPER_FILE = (Path(__file__).parent / "export.py").resolve()
 
 
 def _stands_for_input(name: str) -> bool:
@@ -74,7 +78,7 @@ class ExportedRun:
         from torch.export.graph_signature import InputKind
 
         self.program = program
-        self.nodes = [n for n in program.graph.nodes]
+        self.nodes = list(program.graph.nodes)
         self.constants: dict[str, Any] = {}
         self.user_inputs: list[str] = []
         for spec in program.graph_signature.input_specs:
@@ -128,6 +132,8 @@ def program_origins(program: Any, prefix: str = "") -> dict[str, OpOrigin]:
             path, cls = list(stack.values())[-1]
             module_type = cls if isinstance(cls, str) else f"{cls.__module__}.{cls.__qualname__}"
         file, line = user_frame(trace_frames(node.meta.get("stack_trace")))
+        if file is not None and Path(file).resolve() == WRAPPER_FILE:  # the float16 wrapper's casts: not the user's
+            file, line = None, None
         found[node.name] = OpOrigin(module=module_path(str(path), prefix), module_type=module_type,
                                     op=op_kind(_op_name(node)), file=file, line=line)
     return found
@@ -207,7 +213,8 @@ class _Injector:
 
                 args, kwargs = map_arg((node.args, node.kwargs), lambda a: env[a.name])
                 expected = node.target(*args, **kwargs)
-                mine, want = _array(self.own(self.variant.by_name[self.pairing.direct[node.name]], env)), _array(expected)
+                mine = _array(self.own(self.variant.by_name[self.pairing.direct[node.name]], env))
+                want = _array(expected)
                 if mine is not None and want is not None and mine.size == want.size:
                     sums.setdefault(node.name, ErrorSum()).add(mine, want)
                 return expected
@@ -255,7 +262,8 @@ def localize_exported(variant: Any, reference: Any, samples: list[list[Any]], *,
             constants.add(node.name)
     nodes = [Node(n.name, _op_name(n), [a.name for a in n.all_input_nodes], [n.name])
              for n in variant_run.computes() if not _hidden(_op_name(n)) and n.name not in constants]
-    found = localize_nodes(nodes, runs, pairs=pairing.pairs, origins=origins, constants=constants, outputs=[n for n in variant_run.output_names if n],
+    found = localize_nodes(nodes, runs, pairs=pairing.pairs, origins=origins, constants=constants,
+                           outputs=[n for n in variant_run.output_names if n],
                            variant_id=variant_id, backend="executorch", reference_label=reference_label,
                            source="emulated", started=started,
                            why_unpaired="no reference op has this name, nor does it cast or (de)quantize one")
