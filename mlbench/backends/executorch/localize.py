@@ -22,11 +22,13 @@ if TYPE_CHECKING:
     from mlbench.matrix import Variant
     from mlbench.sources.loading import LoadedModel
 
-__all__ = ["EMULATED", "localize_variant", "reference_variant"]
+__all__ = ["EMULATED", "MEASURED", "NO_HALF_IN_ETDUMP", "localize_variant", "reference_variant"]
 
-EMULATED = ("emulated: ExecuTorch logs no values inside a delegate (ETDump's debug buffer has an XNNPACK call's "
-            "outputs only), so both programs run as exported before lowering, op by op on PyTorch's CPU kernels; "
-            "the delegate's own kernels round differently")
+EMULATED = ("emulated: both programs run as exported before lowering, op by op on PyTorch's CPU kernels (ExecuTorch "
+            "logs no values inside a delegate: ETDump's debug buffer has an XNNPACK call's outputs only); the runtime's "
+            "own kernels round differently")
+MEASURED = ("the variant's values are its portable kernels' own outputs (ETDump's debug buffer, named through the "
+            "ETRecord); the reference program runs as exported before lowering, op by op on PyTorch's CPU kernels")
 
 
 def reference_variant(variant: Variant) -> Variant:
@@ -58,17 +60,20 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
 
     mine = program(variant)
     prefix = (HALF_PREFIX if precision == "float16" else "") + wrapper_prefix(model.torch_module)
+    measured, why = _kernel_outputs(backend, model, variant, mine, samples) if delegate == "portable" else (None, None)
     if reference == variant:
         found = localize_exported(mine, mine, samples[:1], variant_id=variant.id, reference_label="itself",
-                                  prefix=prefix)
+                                  prefix=prefix, measured=measured[:1] if measured else None)
         found.notes.insert(0, "a float32 program without a recipe is its own reference: see the module outputs "
                            "against eager PyTorch")
         theirs = mine
     else:
         theirs = program(reference)
-        found = localize_exported(mine, theirs, samples, variant_id=variant.id, prefix=prefix,
+        found = localize_exported(mine, theirs, samples, variant_id=variant.id, prefix=prefix, measured=measured,
                                   reference_label=f"{reference.id} (float32, no recipe), as exported before lowering")
-    found.notes.insert(0, EMULATED)
+    found.notes.insert(0, MEASURED if found.source == "measured" else EMULATED)
+    if why:
+        found.notes.insert(1, why)
     runtime = runtime_note(backend, model, variant, theirs, samples, found.output_snr_db)
     if runtime:
         found.notes.append(runtime)
@@ -76,6 +81,29 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
         found.eager = _eager(model, mine, samples[0], prefix)
     found.seconds = time.perf_counter() - started
     return found
+
+
+NO_HALF_IN_ETDUMP = ("ETDump (executorch 1.5.1) logs no float16 tensor ('ScalarType = 5 is not yet supported in "
+                     "ETDump'), so a float16 program's kernel outputs cannot be read")
+
+
+def _kernel_outputs(backend: Any, model: LoadedModel, variant: Variant, program: Any,
+                    samples: list[list[Any]]) -> tuple[list[dict[str, np.ndarray]] | None, str | None]:
+    """The portable program's own kernel outputs per sample, or None and why not."""
+    from mlbench.backends.executorch.etdump_values import kernel_outputs, program_bytes
+    from mlbench.backends.executorch.export import ETRECORD
+    from mlbench.errors import one_line
+
+    if variant.axis("precision") == "float16":
+        return None, NO_HALF_IN_ETDUMP
+    artifact = backend.export(model, variant).payload
+    etrecord = artifact.folder / ETRECORD
+    if not etrecord.exists():
+        return None, "the program's ETRecord is missing, so its kernel outputs cannot be named"
+    try:
+        return kernel_outputs(artifact.pte, etrecord, samples, program_bytes(program)), None
+    except Exception as exc:  # noqa: BLE001 - the emulated values still stand
+        return None, one_line(f"the runtime's kernel outputs could not be read: {type(exc).__name__}: {exc}", 300)
 
 
 def runtime_note(backend: Any, model: LoadedModel, variant: Variant, reference: Any, samples: list[list[Any]],

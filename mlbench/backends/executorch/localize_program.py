@@ -240,16 +240,24 @@ def _cast(value: Any, expected: Any) -> Any:
 
 
 def localize_exported(variant: Any, reference: Any, samples: list[list[Any]], *, variant_id: str,
-                      reference_label: str, prefix: str = "", budget: int = SHARE_BUDGET) -> ErrorLocalization:
-    """Per-op error of the ExportedProgram ``variant`` against ``reference`` over ``samples`` (input lists)."""
+                      reference_label: str, prefix: str = "", budget: int = SHARE_BUDGET,
+                      measured: list[dict[str, np.ndarray]] | None = None) -> ErrorLocalization:
+    """Per-op error of the ExportedProgram ``variant`` against ``reference`` over ``samples`` (input lists).
+    ``measured`` (per sample, node name -> value) stands for the variant's values where it has a node of the
+    same size: the runtime's own outputs (``etdump_values``); shares stay PyTorch's, as they must be computed."""
     started = time.perf_counter()
     variant_run, reference_run = ExportedRun(variant), ExportedRun(reference)
     pairing = _pair(variant_run, reference_run)
     runs, reference_outputs, total_noise, finite = [], [], 0.0, True
-    for inputs in samples:
+    taken: set[str] = set()
+    for index, inputs in enumerate(samples):
         got, want = variant_run.run(inputs), reference_run.run(inputs)
-        runs.append(({k: a for k, v in got.items() if (a := _array(v)) is not None},
-                     {k: a for k, v in want.items() if (a := _array(v)) is not None}))
+        mine = {k: a for k, v in got.items() if (a := _array(v)) is not None}
+        for name, value in (measured[index] if measured else {}).items():
+            if name in mine and mine[name].size == value.size and name not in variant_run.constants:
+                mine[name] = value.reshape(mine[name].shape)
+                taken.add(name)
+        runs.append((mine, {k: a for k, v in want.items() if (a := _array(v)) is not None}))
         reference_outputs.append(reference_run.outputs(want))
         for a, r in zip(variant_run.outputs(got), reference_outputs[-1]):
             if a is not None and r is not None and a.size == r.size:
@@ -268,6 +276,13 @@ def localize_exported(variant: Any, reference: Any, samples: list[list[Any]], *,
                            source="emulated", started=started,
                            why_unpaired="no reference op has this name, nor does it cast or (de)quantize one")
     found.notes = [n for n in found.notes if n != NO_SHARES]
+    if measured is not None:
+        shown = [op for op in found.ops if op.rel_error is not None]
+        from_runtime = [op for op in shown if op.name in taken]
+        if shown and len(from_runtime) == len(shown):
+            found.source = "measured"
+        found.notes.append(f"{len(from_runtime)} of {len(shown)} ops' values measured (the runtime's own outputs, ETDump); "
+                           "shares computed by PyTorch's kernels")
     injector = _Injector(variant_run, reference_run, pairing)
     local: dict[str, ErrorSum] = {}
     for inputs in samples:

@@ -126,6 +126,7 @@ report: {dir: out, formats: [json]}
 @pytest.mark.slow
 def test_a_run_localizes_xnnpack_and_portable_variants_with_the_runtimes_own_figure(tmp_path):
     pytest.importorskip("executorch.runtime", reason="the executorch runtime is not installed")
+    from mlbench.backends.executorch.localize import NO_HALF_IN_ETDUMP
     from mlbench.localization import ErrorLocalization
     from mlbench.run.runner import run
     from mlbench.validate import load_pipeline
@@ -139,10 +140,33 @@ def test_a_run_localizes_xnnpack_and_portable_variants_with_the_runtimes_own_fig
         assert record.status == "failed" and "exceeds the tolerance" in record.error  # so it is localized
         assert "localization" in record.details, record.details.get("localization_error")
         found = ErrorLocalization.model_validate(record.details["localization"])
-        assert found.source == "emulated" and found.notes[0].startswith("emulated: ExecuTorch logs no values")
+        assert found.source == "emulated" and found.notes[0].startswith("emulated: both programs run")
         assert {op.origin.label for op in found.ops if op.origin} >= {"wide", "narrow", "relu"}
         runtime = next(n for n in found.notes if n.startswith("the .pte run by ExecuTorch"))
         assert "(measured)" in runtime and name.split("/")[0] in runtime
+        assert (NO_HALF_IN_ETDUMP in found.notes) == (name.startswith("portable"))  # checked: ETDump refuses Half
     quantized = ErrorLocalization.model_validate(records["xnnpack/float32/q4"].details["localization"])
     assert quantized.modules[0].module == "wide" and quantized.modules[0].share >= 0.9
 
+
+
+def test_a_portable_programs_own_kernel_outputs_name_the_flipped_layer(tmp_path):
+    pytest.importorskip("executorch.runtime", reason="the executorch runtime is not installed")
+    from mlbench.backends.executorch.etdump_values import kernel_outputs, program_bytes
+    from mlbench.backends.executorch.export import ETRECORD, export_pte
+    from mlbench.backends.executorch.localize_program import localize_exported
+
+    torch.manual_seed(3)
+    model, x = Chain(depth=3), torch.randn(2, 64)
+    flipped = flip_one_sign(model, 1)
+    folder = export_pte(flipped, [x], delegate="portable", precision="float32", recipe=None, dest=tmp_path).artifact
+    variant = _program(flipped, x)
+    samples = [[x], [torch.randn(2, 64)]]
+    measured = kernel_outputs(folder / "model.pte", folder / ETRECORD, samples, program_bytes(variant))
+    assert set(measured[0]) == {"linear", "linear_1", "linear_2"}  # the ATen nodes, by the Inspector's handles
+    found = localize_exported(variant, _program(model, x), samples, variant_id="v", reference_label="r",
+                              measured=measured)
+    assert found.source == "measured" and found.notes[-1].startswith("3 of 3 ops' values measured")
+    assert found.ops[found.first_jump].origin.label == "layers.1"
+    assert found.top(1)[0].origin.module == "layers.1"
+    assert found.ops[0].snr_db is None or found.ops[0].snr_db > 100  # portable kernels against PyTorch's
