@@ -1,7 +1,8 @@
 """A sweep's ExecuTorch variant localized: its program before lowering against the same model's float32
-program without a recipe, both run op by op by PyTorch (``localize_program``), then the .pte itself run by
-the ExecuTorch runtime, so the section says how far the emulation is from what the runtime computes, and
-the module outputs compared with eager PyTorch.
+program without a recipe, both run op by op by PyTorch (``localize_program``; a portable float32 program's
+values are its own kernels' outputs from ETDump, ``etdump_values``), then the .pte itself run by the
+ExecuTorch runtime, so the section says how far the emulation is from what the runtime computes, and the
+module outputs compared with eager PyTorch.
 
 The Core ML delegate is refused: its float16 is Core ML's compute precision, applied inside the delegate,
 which the program before lowering does not carry (the coreml backend's own localization runs its program).
