@@ -146,7 +146,18 @@ def localize_models(variant: Path, reference: Path, samples: list[list[np.ndarra
                            backend="litert", reference_label=reference_label, source="measured", started=started,
                            why_unpaired="no tensor of the reference has this name (added by the conversion)")
     found.notes.append(NO_LINE)
+    if Path(variant) != Path(reference) and runs:
+        from mlbench.backends.litert.localize_shares import measure_shares
+        from mlbench.backends.localize_graph import NO_SHARES
+
+        if measure_shares(variant, reference, samples, runs, found, pairs, outputs):
+            found.notes = [n for n in found.notes if n != NO_SHARES] + [SHARES]
+    found.seconds = time.perf_counter() - started
     return found
+
+
+SHARES = ("shares: the reference model run with the op's (or module's) outputs computed by its variant ops alone, "
+          "cut out of the model, on the reference's values (LiteRT builtin kernels)")
 
 
 def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> ErrorLocalization:
