@@ -28,7 +28,8 @@ MIN_DEBUG_BUFFER = 16 << 20
 """Bytes of the debug buffer at least (it must hold every logged output of one run)."""
 
 
-def kernel_outputs(pte: Path, etrecord: Path, samples: list[list[Any]], buffer_bytes: int) -> list[dict[str, np.ndarray]]:
+def kernel_outputs(pte: Path, etrecord: Path, samples: list[list[Any]],
+                   buffer_bytes: int) -> list[dict[str, np.ndarray]]:
     """Per sample: ATen node name -> its kernel's output (floating outputs of portable kernels only)."""
     from executorch.devtools import Inspector
     from executorch.runtime import Runtime

@@ -25,9 +25,9 @@ if TYPE_CHECKING:
 
 __all__ = ["EMULATED", "MEASURED", "NO_HALF_IN_ETDUMP", "localize_variant", "reference_variant"]
 
-EMULATED = ("emulated: both programs run as exported before lowering, op by op on PyTorch's CPU kernels (ExecuTorch "
-            "logs no values inside a delegate: ETDump's debug buffer has an XNNPACK call's outputs only); the runtime's "
-            "own kernels round differently")
+EMULATED = ("emulated: both programs run as exported before lowering, op by op on PyTorch's CPU kernels "
+            "(ExecuTorch logs no values inside a delegate: ETDump's debug buffer has an XNNPACK call's outputs "
+            "only; nor any float16 tensor); the runtime's own kernels round differently")
 MEASURED = ("the variant's values are its portable kernels' own outputs (ETDump's debug buffer, named through the "
             "ETRecord); the reference program runs as exported before lowering, op by op on PyTorch's CPU kernels")
 

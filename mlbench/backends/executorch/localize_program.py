@@ -281,8 +281,8 @@ def localize_exported(variant: Any, reference: Any, samples: list[list[Any]], *,
         from_runtime = [op for op in shown if op.name in taken]
         if shown and len(from_runtime) == len(shown):
             found.source = "measured"
-        found.notes.append(f"{len(from_runtime)} of {len(shown)} ops' values measured (the runtime's own outputs, ETDump); "
-                           "shares computed by PyTorch's kernels")
+        found.notes.append(f"{len(from_runtime)} of {len(shown)} ops' values measured (the runtime's own outputs, "
+                           "ETDump); shares computed by PyTorch's kernels")
     injector = _Injector(variant_run, reference_run, pairing)
     local: dict[str, ErrorSum] = {}
     for inputs in samples:

@@ -5,7 +5,8 @@ quantized model runs beside the same model's float32 one, and tensors are paired
 Origins: the converter names each tensor by its module scope, classes and attributes
 (``pkg.Stack/pkg.Block_0/torch.nn.modules.linear.Linear_fc;2``; a ModuleList or ModuleDict, never called,
 leaves its own name out). mlbench matches that scope against the model's own modules to name the path
-(``blocks.0.fc``); a scope two modules share is left unnamed. LiteRT keeps no source line.
+(``blocks.0.fc``); a scope two modules share is left unnamed. LiteRT keeps no source line. Shares: the
+model cut around each op (``localize_shares``).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def localize_models(variant: Path, reference: Path, samples: list[list[np.ndarra
         from mlbench.backends.litert.localize_shares import measure_shares
         from mlbench.backends.localize_graph import NO_SHARES
 
-        if measure_shares(variant, reference, samples, runs, found, pairs, outputs):
+        if measure_shares(variant, reference, samples, runs, found, pairs, outputs, _unique_names):
             found.notes = [n for n in found.notes if n != NO_SHARES] + [SHARES]
     found.seconds = time.perf_counter() - started
     return found

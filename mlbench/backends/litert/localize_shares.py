@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,11 +35,13 @@ def _growth(op: Any) -> float:
 
 def measure_shares(variant: Path, reference: Path, samples: list[list[np.ndarray]], runs: list[tuple[Values, Values]],
                    found: ErrorLocalization, pairs: dict[str, str | None], outputs: list[str],
-                   budget: int = SHARE_BUDGET) -> bool:
-    """Fill ``found``'s shares; False where the models cannot be cut."""
+                   unique_names: Callable[[list[dict]], dict[int, str]], budget: int = SHARE_BUDGET) -> bool:
+    """Fill ``found``'s shares; False where the models cannot be cut. ``unique_names`` names tensors as the
+    localization's values are named (tensor details -> index: name)."""
     from ai_edge_litert.tools import flatbuffer_utils
 
-    cutter = _Cutter(flatbuffer_utils.read_model(str(variant)), flatbuffer_utils.read_model(str(reference)), pairs)
+    cutter = _Cutter(flatbuffer_utils.read_model(str(variant)), flatbuffer_utils.read_model(str(reference)), pairs,
+                     unique_names)
     if not cutter.cuttable:
         return False
     total, finite = 0.0, True
@@ -52,7 +55,8 @@ def measure_shares(variant: Path, reference: Path, samples: list[list[np.ndarray
     def share(names: set[str]) -> float | None:
         return cutter.share(names, samples, runs, total, finite)
 
-    computes = [op for op in found.ops if op.pairing in ("name", "cast") and op.op_type not in ("DEQUANTIZE", "QUANTIZE")]
+    computes = [op for op in found.ops
+                if op.pairing in ("name", "cast") and op.op_type not in ("DEQUANTIZE", "QUANTIZE")]
     for op in sorted((op for op in computes if _growth(op) > 0), key=lambda op: -_growth(op))[: max(1, budget // 2)]:
         op.share = share({op.name})
     members: dict[str, list[Any]] = {}
@@ -69,15 +73,14 @@ def measure_shares(variant: Path, reference: Path, samples: list[list[np.ndarray
 
 
 class _Cutter:
-    def __init__(self, variant: Any, reference: Any, pairs: dict[str, str | None]) -> None:
-        from mlbench.backends.litert.localize import _unique_names
-
+    def __init__(self, variant: Any, reference: Any, pairs: dict[str, str | None],
+                 unique_names: Callable[[list[dict]], dict[int, str]]) -> None:
         self.variant, self.reference, self.pairs = variant, reference, pairs
         self.cuttable = len(variant.subgraphs) == 1 and len(reference.subgraphs) == 1
         if not self.cuttable:
             return
-        self.v_index = self._indices(variant, _unique_names)
-        self.r_index = self._indices(reference, _unique_names)
+        self.v_index = self._indices(variant, unique_names)
+        self.r_index = self._indices(reference, unique_names)
 
     @staticmethod
     def _indices(model: Any, unique: Any) -> dict[str, int]:
@@ -131,12 +134,14 @@ class _Cutter:
 
         v_graph, r_graph = self.variant.subgraphs[0], self.reference.subgraphs[0]
         targets = {self.v_index[n] for n in names if n in self.v_index}
-        ops = [op for op in v_graph.operators if op.outputs is not None and len(op.outputs) and int(op.outputs[0]) in targets]
+        ops = [op for op in v_graph.operators
+               if op.outputs is not None and len(op.outputs) and int(op.outputs[0]) in targets]
         if not ops:
             return None
         produced = {int(o) for op in ops for o in op.outputs if int(o) >= 0}
-        inputs = list(dict.fromkeys(int(i) for op in ops for i in op.inputs
-                                    if int(i) >= 0 and int(i) not in produced and not self._constant(self.variant, int(i))))
+        inputs = list(dict.fromkeys(
+            int(i) for op in ops for i in op.inputs
+            if int(i) >= 0 and int(i) not in produced and not self._constant(self.variant, int(i))))
         r_producer = {int(o): k for k, op in enumerate(r_graph.operators) for o in op.outputs if int(o) >= 0}
         swapped = [o for o in produced if (r := self.pairs.get(self._names(self.variant, [o])[0])) is not None
                    and r in self.r_index and self.r_index[r] in r_producer]

@@ -101,7 +101,8 @@ class _Injector:
             return 0.0
         return min(noise / total, 1.0) if total > 0 else None
 
-    def _graphs(self, names: set[str], sample: tuple[Values, Values]) -> tuple[Any, list[str], dict[str, str], Any] | None:
+    def _graphs(self, names: set[str], sample: tuple[Values, Values]
+                ) -> tuple[Any, list[str], dict[str, str], Any] | None:
         """(the variant nodes' own graph, its inputs, variant output -> reference value it replaces, the
         reference graph taking those values as inputs)."""
         import onnx
