@@ -4,8 +4,8 @@ float16 graph run beside the same model's float32 graph on the CPU provider, pai
 Origins come from the graph itself: the dynamo exporter keeps, per node, the module path
 (``pkg.torch.onnx.name_scopes``), the classes (``pkg.torch.onnx.class_hierarchy``) and the stack
 (``pkg.torch.onnx.stack_trace``); the TorchScript exporter only its scope in the node's name
-(``/blocks.0/fc/Gemm``), without a line. Shares are not measured: ONNX Runtime runs the graph whole, so
-one node's output cannot be computed the variant's way inside the reference's run.
+(``/blocks.0/fc/Gemm``), without a line. Shares: ONNX Runtime runs the graph whole, so each op measured is
+cut out of it (``localize_shares``).
 """
 
 from __future__ import annotations
