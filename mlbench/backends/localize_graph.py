@@ -5,7 +5,8 @@ variant value stands for which reference value, and where each node came from.
 
 Shares are not measured here: a runtime runs its graph whole, so one node cannot be computed the
 variant's way inside the reference's run (Core ML's interpreter can: ``backends/coreml/localize``). A runtime
-that can cut its graph measures them apart (ONNX Runtime: ``backends/onnxruntime/localize_shares``).
+that can cut its graph measures them apart (``backends/onnxruntime/localize_shares``,
+``backends/litert/localize_shares``).
 """
 
 from __future__ import annotations
