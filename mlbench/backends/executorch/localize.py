@@ -61,10 +61,11 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
 
     mine = program(variant)
     prefix = (HALF_PREFIX if precision == "float16" else "") + wrapper_prefix(model.torch_module)
-    measured, why = _kernel_outputs(backend, model, variant, mine, samples) if delegate == "portable" else (None, None)
+    used = samples[:1] if reference == variant else samples
+    measured, why = _kernel_outputs(backend, model, variant, mine, used) if delegate == "portable" else (None, None)
     if reference == variant:
-        found = localize_exported(mine, mine, samples[:1], variant_id=variant.id, reference_label="itself",
-                                  prefix=prefix, measured=measured[:1] if measured else None)
+        found = localize_exported(mine, mine, used, variant_id=variant.id, reference_label="itself",
+                                  prefix=prefix, measured=measured)
         found.notes.insert(0, "a float32 program without a recipe is its own reference: see the module outputs "
                            "against eager PyTorch")
         theirs = mine
@@ -75,7 +76,7 @@ def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> Erro
     found.notes.insert(0, MEASURED if found.source == "measured" else EMULATED)
     if why:
         found.notes.insert(1, why)
-    runtime = runtime_note(backend, model, variant, theirs, samples, found.output_snr_db)
+    runtime = runtime_note(backend, model, variant, theirs, samples, found.output_snr_db, found.source)
     if runtime:
         found.notes.append(runtime)
     if model.has_source:
@@ -108,7 +109,7 @@ def _kernel_outputs(backend: Any, model: LoadedModel, variant: Variant, program:
 
 
 def runtime_note(backend: Any, model: LoadedModel, variant: Variant, reference: Any, samples: list[list[Any]],
-                 emulated_snr: float | None) -> str | None:
+                 table_snr: float | None, source: str) -> str | None:
     """The .pte run by ExecuTorch against the reference program: its output SNR beside the emulation's
     (measured), or None where this runtime cannot run the delegate."""
     from mlbench.backends.executorch.localize_program import ExportedRun
@@ -126,7 +127,7 @@ def runtime_note(backend: Any, model: LoadedModel, variant: Variant, reference: 
                 sums.add(a.detach().double().numpy(), r)
     measured = snr_of(sums.rel_error)
     return (f"the .pte run by ExecuTorch ({variant.axis('delegate')}): output SNR {_db(measured)} against the "
-            f"reference program (measured); the emulation's: {_db(emulated_snr)}")
+            f"reference program (measured); the table's ({source}): {_db(table_snr)}")
 
 
 def _db(value: float | None) -> str:
