@@ -4,7 +4,9 @@ tensors). The runtime gives its nodes in execution order, every value by name fo
 variant value stands for which reference value, and where each node came from.
 
 Shares are not measured here: a runtime runs its graph whole, so one node cannot be computed the
-variant's way inside the reference's run (Core ML's interpreter can: ``backends/coreml/localize``).
+variant's way inside the reference's run (Core ML's interpreter can: ``backends/coreml/localize``). A runtime
+that can cut its graph measures them apart (``backends/onnxruntime/localize_shares``,
+``backends/litert/localize_shares``).
 """
 
 from __future__ import annotations

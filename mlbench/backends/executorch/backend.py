@@ -262,6 +262,10 @@ class ExecutorchBackend(Backend):
         metrics.update(placement_metrics(placement))
         details["op_time"] = op_time
         details["runtime"] = {"executorch": package_version("executorch")}
+        from mlbench.backends.executorch.localize import localize_variant
+        from mlbench.backends.localize_hook import localize_if_close
+
+        details.update(localize_if_close(self, model, variant, verify, localize_variant, existing=False))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
 

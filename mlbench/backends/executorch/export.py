@@ -132,6 +132,26 @@ def _partitioners(delegate: str, precision: str) -> list[Any]:
     return []
 
 
+HALF_PREFIX = "inner."
+"""Module paths inside the float16 wrapper start with this (``_half_module``)."""
+
+
+def program_before_lowering(module: Any, example_inputs: Sequence[Any], *, delegate: str, precision: str,
+                            recipe: dict[str, Any] | None) -> Any:
+    """The ExportedProgram ``export_pte`` hands the partitioner (float16 wrapper, quantization recipe,
+    ``torch.export``): what localization runs op by op."""
+    import torch
+
+    args = tuple(example_inputs)
+    module = module.eval()
+    if precision == "float16" and delegate != "coreml":
+        module = _half_module(module)
+    with captured([], ["torch.export", "executorch", "torchao"], stdout=True), torch.no_grad():
+        if recipe is not None:
+            module = _quantize(module, args, recipe)
+        return torch.export.export(module, args)
+
+
 def export_pte(module: Any, example_inputs: Sequence[Any], *, delegate: str, precision: str,
                recipe: dict[str, Any] | None, dest: Path) -> PteExportResult:
     """Write ``dest/program/`` (model.pte, model.etrecord, program.json); raise ExecutorchExportError

@@ -26,7 +26,6 @@ SPEC = BackendSpec(
     metrics=(EMBEDDED_SHARE,),
     deployment=ANDROID,  # XNNPACK and the portable kernels: a phone's CPU
     deployment_by_axis=("delegate", {"coreml": APPLE_DEVICES}),
-    localize_missing="not built yet: ETDump can carry debug intermediate outputs (the devtools Inspector), "
-                     "which mlbench does not read yet",
+    localize="mlbench.backends.executorch.localize:localize_variant",
     order=5,
 )

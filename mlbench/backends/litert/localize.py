@@ -5,7 +5,8 @@ quantized model runs beside the same model's float32 one, and tensors are paired
 Origins: the converter names each tensor by its module scope, classes and attributes
 (``pkg.Stack/pkg.Block_0/torch.nn.modules.linear.Linear_fc;2``; a ModuleList or ModuleDict, never called,
 leaves its own name out). mlbench matches that scope against the model's own modules to name the path
-(``blocks.0.fc``); a scope two modules share is left unnamed. LiteRT keeps no source line.
+(``blocks.0.fc``); a scope two modules share is left unnamed. LiteRT keeps no source line. Shares: the
+model cut around each op (``localize_shares``).
 """
 
 from __future__ import annotations
@@ -146,7 +147,18 @@ def localize_models(variant: Path, reference: Path, samples: list[list[np.ndarra
                            backend="litert", reference_label=reference_label, source="measured", started=started,
                            why_unpaired="no tensor of the reference has this name (added by the conversion)")
     found.notes.append(NO_LINE)
+    if Path(variant) != Path(reference) and runs:
+        from mlbench.backends.litert.localize_shares import measure_shares
+        from mlbench.backends.localize_graph import NO_SHARES
+
+        if measure_shares(variant, reference, samples, runs, found, pairs, outputs, _unique_names):
+            found.notes = [n for n in found.notes if n != NO_SHARES] + [SHARES]
+    found.seconds = time.perf_counter() - started
     return found
+
+
+SHARES = ("shares: the reference model run with the op's (or module's) outputs computed by its variant ops alone, "
+          "cut out of the model, on the reference's values (LiteRT builtin kernels)")
 
 
 def localize_variant(backend: Any, model: LoadedModel, variant: Variant) -> ErrorLocalization:

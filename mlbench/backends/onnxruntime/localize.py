@@ -4,8 +4,8 @@ float16 graph run beside the same model's float32 graph on the CPU provider, pai
 Origins come from the graph itself: the dynamo exporter keeps, per node, the module path
 (``pkg.torch.onnx.name_scopes``), the classes (``pkg.torch.onnx.class_hierarchy``) and the stack
 (``pkg.torch.onnx.stack_trace``); the TorchScript exporter only its scope in the node's name
-(``/blocks.0/fc/Gemm``), without a line. Shares are not measured: ONNX Runtime runs the graph whole, so
-one node's output cannot be computed the variant's way inside the reference's run.
+(``/blocks.0/fc/Gemm``), without a line. Shares: ONNX Runtime runs the graph whole, so each op measured is
+cut out of it (``localize_shares``).
 """
 
 from __future__ import annotations
@@ -92,12 +92,26 @@ def localize_graphs(variant: Path, reference: Path, feeds: list[dict[str, np.nda
     graph = onnx_graph(variant)
     pairs = _pairs(graph, runs[0][1] if runs else {})
     nodes = [Node(n.output[0], n.op_type, [i for i in n.input if i], list(n.output)) for n in _ordered(graph)]
-    return localize_nodes(nodes, runs, pairs=pairs, origins=graph_origins(graph, prefix),
-                          constants={i.name for i in graph.initializer}, outputs=[o.name for o in graph.output],
-                          variant_id=variant_id, backend="onnxruntime", reference_label=reference_label,
-                          source="measured", started=started,
-                          why_unpaired="no reference node has this output (inserted by the float16 conversion or "
-                          "rewritten), nor does it cast one")
+    found = localize_nodes(nodes, runs, pairs=pairs, origins=graph_origins(graph, prefix),
+                           constants={i.name for i in graph.initializer}, outputs=[o.name for o in graph.output],
+                           variant_id=variant_id, backend="onnxruntime", reference_label=reference_label,
+                           source="measured", started=started,
+                           why_unpaired="no reference node has this output (inserted by the float16 conversion or "
+                           "rewritten), nor does it cast one")
+    if Path(variant) != Path(reference):
+        import onnx
+
+        from mlbench.backends.localize_graph import NO_SHARES
+        from mlbench.backends.onnxruntime.localize_shares import measure_shares
+
+        measure_shares(onnx.load(str(variant)), onnx.load(str(reference)), runs, feeds, found, pairs)
+        found.notes = [n for n in found.notes if n != NO_SHARES] + [SHARES]
+    found.seconds = time.perf_counter() - started
+    return found
+
+
+SHARES = ("shares: the reference graph run with the op's (or module's) outputs computed by its variant nodes alone, "
+          "on the reference's values (ONNX Runtime CPU), for the ops and modules that lose the most dB")
 
 
 def onnx_graph(path: Path) -> Any:

@@ -37,6 +37,9 @@ def test_a_flipped_weight_sign_is_the_first_jump_inside_a_sequential(tmp_path):
     jump = found.ops[found.first_jump]
     assert jump.origin.label == "layers.1"  # a Sequential is called, so it keeps its name in the scope
     assert found.ops[0].origin.label == "layers.0" and found.ops[0].snr_db is None
+    top = found.top(1)[0]  # the model cut around it: its own op alone carries the error
+    assert top.origin.label == "layers.1" and top.share > 0.9
+    assert found.modules[0].module == "layers.1" and found.modules[0].share > 0.9
 
 
 def test_float16_weights_pair_with_float32_and_name_each_module(tmp_path):
@@ -50,4 +53,6 @@ def test_float16_weights_pair_with_float32_and_name_each_module(tmp_path):
     labels = [op.origin.label for op in found.ops if op.origin is not None]
     assert labels[:4] == ["blocks.0.fc", "blocks.0.softmax", "blocks.1.fc", "blocks.1.softmax"]  # ModuleList left out
     assert not found.unpaired and all(op.snr_db is not None and op.snr_db > 40 for op in found.ops)
-    assert "LiteRT keeps no source line" in found.notes[-1]
+    assert any(n.startswith("LiteRT keeps no source line") for n in found.notes)
+    shares = [op.share for op in found.ops if op.share is not None]
+    assert shares and all(0.0 <= s <= 1.0 for s in shares) and found.notes[-1].startswith("shares: the reference")
