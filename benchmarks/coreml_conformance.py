@@ -5,6 +5,7 @@
     python benchmarks/coreml_conformance.py --json=cases.json ...   # also each case's outcome and detail
     python benchmarks/coreml_conformance.py --sample=2   # every test function, 2 parametrisations each (CI)
     python benchmarks/coreml_conformance.py --table=cases.json   # the per-op and per-family tables of a saved run
+    python benchmarks/coreml_conformance.py --table=a.json --table=b.json   # of several saved runs, merged
 
 Each op test builds a program with the MIL builder and hands it, with numpy expected outputs and
 tolerances, to ``compare_backend`` (which on macOS runs Core ML). Here that helper is replaced: the
@@ -51,8 +52,15 @@ DOUBTFUL_CAUSES: list[tuple[str, str]] = [
      "x[1.5, 0.9] = 4 * 1.5 + 0.9 + 1 = 7.9 on x[r, c] = 4r + c + 1, at the test's atol 1e-4"),
     (r"test_conv\.py::TestConv(Transpose)?::test_builder_to_backend_stress", "expected computed by torch from the "
      "float32 weights before their float16 cast (the program holds float16 weights and computes in float32)"),
+    (r"iOS15/test_image_resizing\.py::TestCropResize::test_builder_to_backend_smoke", "the box is outside the op's "
+     "domain: normalized coordinates [2, 2, 1, 1], where coremltools' iOS15 crop_resize says 'the bounding box "
+     "coordinates must be in the interval [0, 1]' and has no pad_value (iOS17's pad_value defines that case), "
+     "so the expected values record one device's undefined result"),
     (r"test_normalization\.py::TestNormalization\w+::", "expected computed from the float32 parameters (gamma, "
      "beta) before their float16 cast (the program holds float16 parameters and computes in float32)"),
+    (r"test_recurrent\.py::Test(RNN|GRU)::test_builder_to_backend_smoke", "expected computed from the weights "
+     "before their float16 cast (torch's float32 RNN, with float32 inputs; the GRU's float64 numpy reference), where "
+     "the float16 program holds the weights, bias and inputs rounded to float16"),
 ]
 """Cases counted apart as the test's own fault: only where a float64 run of the program as stored agrees
 with the interpreter and not with the expected values (``_doubtful_reason``), for a cause named here."""
@@ -100,14 +108,14 @@ def emulated_compare_backend(mlmodel, input_key_values, expected_outputs, dtype=
             _record("wrong", f"{name}: shape {None if got is None else got.shape}, expected {expected.shape}")
             raise AssertionError(f"Not equal: {name} shape")
         if np.mean(~within(got, expected, dtype, atol, rtol)) > allow_mismatch_ratio:
-            if dtype == "fp16" and np.mean(~within(got, expected, "flat16", atol, rtol)) <= allow_mismatch_ratio:
-                _flat_fp16_pass.add(_node())
             detail = f"{name}: {_difference(got, expected)} ({dtype})"
             exact = _float64_run(program, input_key_values, name)
             reason = _doubtful_reason(got, expected, exact, dtype, atol, rtol, allow_mismatch_ratio)
             if reason:
                 _record("doubtful", f"{detail}; {reason}")
                 return outputs
+            if dtype == "fp16" and np.mean(~within(got, expected, "flat16", atol, rtol)) <= allow_mismatch_ratio:
+                _flat_fp16_pass.add(_node())
             _record("wrong", detail + ("" if exact is None else f"; float64 run of the program: "
                                        f"{_difference(got, exact)}"))
             # as coremltools' compare_backend does: a test that expects the mismatch (undefined behaviour
@@ -270,10 +278,9 @@ def main(argv: list[str]) -> int:
     import coremltools
     import pytest
 
-    saved = next((Path(a.split("=", 1)[1]) for a in argv if a.startswith("--table=")), None)
-    if saved is not None:  # the tables of a saved --json run, without running anything
-        cases = json.loads(saved.read_text())["cases"]
-        results = {node: case["outcome"] for node, case in cases.items()}
+    saved = [Path(a.split("=", 1)[1]) for a in argv if a.startswith("--table=")]
+    if saved:  # the tables of saved --json runs (several: one per lane run, merged), without running anything
+        results = {node: case["outcome"] for path in saved for node, case in json.loads(path.read_text())["cases"].items()}
         print(table(results), table(results, family_of, "family"), sep="\n\n")
         return 0
     json_path = next((Path(a.split("=", 1)[1]).resolve() for a in argv if a.startswith("--json=")), None)

@@ -113,6 +113,7 @@ class Figure:
     grade: str
     stalled: bool
     remeasured: bool
+    why: str = ""  # the grade's reasons (cv, IQR/median, samples, load)
 
     @property
     def marked(self) -> bool:
@@ -134,7 +135,7 @@ def run_once(folder: Path) -> dict[str, Figure]:
         stability = median.get("stability") or {}
         figures[record["model"]] = Figure(record["model"], median["value"], stability.get("grade", "stable"),
                                           bool(record["details"].get("thread_check", {}).get("stalled")),
-                                          "remeasured" in record["details"])
+                                          "remeasured" in record["details"], "; ".join(stability.get("reasons", [])))
     return figures
 
 
@@ -145,7 +146,7 @@ def off(figure: Figure, reference: float, tolerance: float) -> bool:
 def describe(figure: Figure, reference: float) -> str:
     extra = [*(["stall found"] if figure.stalled else []), *(["measured again"] if figure.remeasured else [])]
     return (f"{figure.model} {figure.median_ms:.3g} ms ({figure.median_ms / reference - 1:+.0%} of {reference:.3g}) "
-            f"{figure.grade}{' [' + ', '.join(extra) + ']' if extra else ''}")
+            f"{figure.grade}{' (' + figure.why + ')' if figure.why else ''}{' [' + ', '.join(extra) + ']' if extra else ''}")
 
 
 def busy_half(folder: Path, trials: int, tolerance: float) -> tuple[int, int, int, int]:

@@ -148,6 +148,8 @@ class ErrorLocalization(BaseModel):
     source: Literal["emulated", "measured", "reference"] = Field(description="How the variant's values were had.")
     samples: int
     seconds: float = Field(description="Wall time of the localization (both programs run, shares measured).")
+    cached: bool = Field(default=False, description="Found in the artifact cache, computed by an earlier run or "
+                         "`mlbench explain`: `seconds` is the time it took then.")
     output_snr_db: float | None = Field(description="The final outputs' SNR against the reference (worst output).")
     first_jump: int | None = Field(default=None, description="Index into ops of the first op where the error jumps.")
     ops: list[OpError]

@@ -84,6 +84,7 @@ def test_identical_runs_pass_the_memory_gate_and_a_model_with_30_percent_larger_
     assert peak["value"] == sorted(peak["samples"])[1] and peak["spread"] == max(peak["samples"]) - min(peak["samples"])
     assert peak["details"]["rounds"] == 3 and peak["details"]["aggregate"] == "median"
     assert peak["details"]["timed_round"]["memory.peak"] > 0  # kept beside, not in the median
+    assert json.loads(first.read_text())["stage_seconds"]["memory_rounds"] > 0  # where a run's time went
     capsys.readouterr()
     assert main(["compare", str(first), str(second), "--fail-on", "memory.peak:+10%"]) == 0, capsys.readouterr().out
     # batch 16: 38 MB activations (above glibc's largest mmap threshold: mapped afresh each time, a steadier

@@ -122,6 +122,10 @@ class Backend:
     """True when export() and measure() handle a generative model's variants (`generate:`: prefill and decode
     against a key/value cache, `variant.prompt` the prompt length); otherwise the runner skips them, saying
     so (`generation_unsupported`), and the backend never sees one."""
+    localizes_against_export: ClassVar[bool] = True
+    """True when the backend's localization compares a variant with the same model's float32 artifact, exported
+    through the cache (its key and checksum enter the cached localization's key, `localize_hook`); False when
+    the reference is built from the model itself, whose digest stands for it."""
 
     def __init__(self, target: TargetBase, config: PipelineConfig, cache: ArtifactCache) -> None:
         self.target = target

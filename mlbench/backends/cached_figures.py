@@ -20,7 +20,8 @@ from mlbench.records import ArtifactInfo, Metric, Placement, Verification
 from mlbench.store.cache import ArtifactCache
 from mlbench.store.derived import code_version, derived_of
 
-__all__ = ["DerivedFigures", "cached_figures", "code_version", "digest_arrays"]
+__all__ = ["DerivedFigures", "artifact_checksum", "cached_figures", "code_version", "digest_arrays",
+           "digest_generation"]
 
 
 class DerivedFigures(BaseModel):
@@ -50,12 +51,21 @@ def digest_arrays(named: Iterable[tuple[str, Any]]) -> str:
     return digest.hexdigest()
 
 
+def digest_generation(trace: Any) -> str:
+    """sha256 of a greedy generation (`mlbench.generate.metrics.GreedyTrace`: its prompt, tokens and logits):
+    the reference a generation check compares with, in its derived key."""
+    import numpy as np
+
+    return digest_arrays([("prompt", np.asarray(trace.prompt, dtype=np.int64)),
+                          ("tokens", np.asarray(trace.tokens, dtype=np.int64)), ("logits", trace.logits)])
+
+
 def cached_figures(cache: ArtifactCache, info: ArtifactInfo | None, kind: str, parts: dict[str, Any],
                    compute: Callable[[], DerivedFigures], *, work: str, label: str) -> DerivedFigures:
     """`compute()`'s figures for the artifact `info` names, computed once for `kind` and `parts` and cached; an
     artifact that is not in the cache (a user's own package: `info.key` is its path's digest, with no
     checksum) is computed every time."""
-    checksum = _checksum(cache, info)
+    checksum = artifact_checksum(cache, info)
     if info is None or checksum is None:
         return compute()
     return derived_of(cache).get_or_compute(kind, {"artifact": info.key, "checksum": checksum, **parts}, compute,
@@ -65,7 +75,7 @@ def cached_figures(cache: ArtifactCache, info: ArtifactInfo | None, kind: str, p
 _CHECKSUMS: dict[tuple[str, int], str] = {}  # (key, meta.json's inode) → checksum: a rebuilt entry has a new inode
 
 
-def _checksum(cache: ArtifactCache, info: ArtifactInfo | None) -> str | None:
+def artifact_checksum(cache: ArtifactCache, info: ArtifactInfo | None) -> str | None:
     """The artifact's checksum as its cache entry records it (the key names what built it; the checksum, the
     bytes themselves: a rebuild that wrote other bytes is derived again)."""
     from mlbench.store.entry import META_NAME, Corrupt, read_meta

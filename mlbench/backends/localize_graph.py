@@ -58,7 +58,7 @@ def localize_nodes(nodes: list[Node], runs: Iterable[tuple[Values, Values]], *, 
             ref_name = pairs.get(name)
             if name in got and ref_name in want:
                 output_sums.setdefault(name, ErrorSum()).add(got[name], want[ref_name])
-    snr: dict[str, float | None] = {}
+    snr: dict[str, float | None] = {name: found.snr_db for name, found in sums.items()}  # inputs: quantized, or exact
     ops: list[OpError] = []
     for index, node in enumerate(nodes):
         ref_name = pairs.get(node.name)

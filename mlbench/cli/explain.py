@@ -19,11 +19,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = add_command(sub, "explain", "where a variant loses accuracy, op by op and by PyTorch module",
                     "Reuses the localization the run made (for variants that failed verification or passed\n"
                     "within verify.localize_within of their limits); otherwise loads the report's pipeline and\n"
-                    "localizes the variant now (exports come from the cache; the time taken is stated).")
+                    "localizes the variant now, or finds that localization in the artifact cache (exports come\n"
+                    "from the cache; the time it took is stated, and whether it was cached).")
     p.add_argument("report", metavar="REPORT", help="a report.json")
     p.add_argument("variant", metavar="VARIANT", help="a variant id of that report")
     add_format(p, "markdown", "json")
-    p.add_argument("--fresh", action="store_true", help="localize again even when the report holds a localization")
+    p.add_argument("--fresh", action="store_true",
+                   help="localize again even when the report or the cache holds a localization")
     p.add_argument("--all", action="store_true", help="list every op, not only the top ones")
     p.add_argument("--write-pipeline", metavar="FILE",
                    help="write the report's pipeline with the advised recipe beside the variant's (same folder)")

@@ -28,6 +28,35 @@ import torch
 MASKED = -1e4
 
 Step = Callable[[np.ndarray, np.ndarray], np.ndarray]
+FUSED_SDPA = "mlbench_fused_sdpa"
+ATTENTIONS = {"eager": "eager", "sdpa": FUSED_SDPA}  # KVCacheLM's `attention` -> transformers' implementation name
+
+
+def fused_sdpa_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                         attention_mask: torch.Tensor | None, scaling: float | None = None,
+                         **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Attention as one `scaled_dot_product_attention` call that coremltools converts to its fused iOS18 op.
+
+    transformers' own "sdpa" passes `scale=` explicitly, and coremltools 9 fuses only when no scale is given
+    (`can_use_fused_sdpa = iOS18 and scale is None` in its torch frontend), so the default scale 1/sqrt(head
+    size) is left implicit (a model with another scale has its query rescaled first); key/value heads are
+    repeated for grouped-query attention, and the mask is cast to the query's dtype."""
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    groups = int(getattr(module, "num_key_value_groups", 1))
+    key, value = repeat_kv(key, groups), repeat_kv(value, groups)
+    head = query.shape[-1]
+    if scaling is not None and abs(scaling * head ** 0.5 - 1.0) > 1e-6:
+        query = query * (scaling * head ** 0.5)
+    mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[-2]].to(query.dtype)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register_fused_sdpa() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(FUSED_SDPA, fused_sdpa_attention)
 
 
 @dataclass(frozen=True)
@@ -88,7 +117,8 @@ class KVCacheLM(torch.nn.Module):
     key_cache: torch.Tensor
     value_cache: torch.Tensor
 
-    def __init__(self, model: torch.nn.Module, context: int, cache_dtype: torch.dtype = torch.float32) -> None:
+    def __init__(self, model: torch.nn.Module, context: int, cache_dtype: torch.dtype = torch.float32,
+                 attention: str = "eager") -> None:
         super().__init__()
         config = getattr(model, "config", None)
         head = getattr(model, "get_output_embeddings", None)
@@ -96,8 +126,12 @@ class KVCacheLM(torch.nn.Module):
             raise NotACausalLM(f"{type(model).__name__} is not a causal language model (no LM head), "
                                "so it has no key/value cache to generate with")
         self.geometry = cache_shape(config, context)
-        # eager attention: plain matmul/softmax ops every exporter converts (sdpa's mask handling varies)
-        config._attn_implementation = "eager"
+        _register_fused_sdpa()
+        # eager attention by default: plain matmul/softmax ops every exporter converts (sdpa's mask handling
+        # varies); "sdpa": one torch scaled_dot_product_attention call (`fused_sdpa_attention`)
+        if attention not in ATTENTIONS:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTIONS)}, not {attention!r}")
+        config._attn_implementation = ATTENTIONS[attention]
         self.model = model.eval()
         self.register_buffer("key_cache", torch.zeros(self.geometry.shape, dtype=cache_dtype))
         self.register_buffer("value_cache", torch.zeros(self.geometry.shape, dtype=cache_dtype))

@@ -7,7 +7,9 @@ compares its steps' logits with `eager_generation`'s (`mlbench.generate.metrics.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -45,6 +47,24 @@ def eager_generation(model: LoadedModel, prompt: int) -> GreedyTrace:
 
         module = causal_lm(model.torch_module, model.spec.name)
         ids = torch.from_numpy(prompt_tokens(model.spec, model.seed, prompt))
-        with torch.inference_mode():
+        with torch.inference_mode(), eager_attention(module):
             model.generations[key] = CachedGenerator(module, generate.context).generate(ids, generate.new_tokens)
     return model.generations[key]
+
+
+@contextmanager
+def eager_attention(module: Any) -> Iterator[None]:
+    """The reference computed with transformers' eager attention (plain matmul and softmax), the config restored
+    after: an export wraps the same module in `KVCacheLM`, which sets eager attention on its config, so without
+    this the reference's last bits would depend on whether this process exported first, and a derived figure
+    keyed by the reference's digest would be computed again by every fresh process."""
+    config = getattr(module, "config", None)
+    if config is None or not hasattr(config, "_attn_implementation"):
+        yield
+        return
+    before = config._attn_implementation
+    config._attn_implementation = "eager"
+    try:
+        yield
+    finally:
+        config._attn_implementation = before

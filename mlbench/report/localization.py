@@ -45,6 +45,12 @@ def record_localization(record: RunRecord) -> ErrorLocalization | None:
     return ErrorLocalization.model_validate(data) if isinstance(data, dict) else None
 
 
+def _took(found: ErrorLocalization) -> str:
+    """`took 3.2 s`, or for one found in the cache `took 3.2 s when computed (cached)`: never passed off as
+    computed now."""
+    return f"took {found.seconds:.1f} s" + (" when computed (cached)" if found.cached else "")
+
+
 def render_localization(found: ErrorLocalization, *, rows: int = TOP_ROWS, every_op: bool = False,
                         heading: str = "####") -> list[str]:
     """The localization's Markdown: the first jump and the top contributors first, then modules, eager,
@@ -52,7 +58,7 @@ def render_localization(found: ErrorLocalization, *, rows: int = TOP_ROWS, every
     mark = source_mark(found.source)
     lines = [f"{heading} Where {md_code(found.variant)} loses accuracy", "",
              f"Compared with {md_cell(found.reference)}; {found.samples} seeded input set(s); {mark}{found.source}; "
-             f"took {found.seconds:.1f} s. Output SNR {_db(found.output_snr_db)} dB.", ""]
+             f"{_took(found)}. Output SNR {_db(found.output_snr_db)} dB.", ""]
     if found.first_jump is not None:
         op = found.ops[found.first_jump]
         lines += [f"**First op where the error jumps:** {md_code(op.described)} ({md_cell(op.op_type)} "
@@ -131,7 +137,7 @@ def localization_section(records: Sequence[RunRecord]) -> list[str]:
         if found is not None:
             jump = found.ops[found.first_jump].described if found.first_jump is not None else "no single op"
             lines += [f"<details><summary>Where {md_cell(record.variant_id)} loses accuracy: first jump at "
-                      f"{md_cell(jump)} ({found.seconds:.1f} s)</summary>", "",
+                      f"{md_cell(jump)} ({found.seconds:.1f} s{', cached' if found.cached else ''})</summary>", "",
                       *render_localization(found, heading="#####"), "</details>", ""]
         elif (error := (record.details or {}).get("localization_error")):
             lines += [f"_{md_cell(record.variant_id)}: its error could not be localized: {md_cell(error)}_", ""]

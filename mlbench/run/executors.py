@@ -11,6 +11,7 @@ they finish; it journals them.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 MEASURE_RESOURCE = "measure"
 """Dask resource every measurement takes one of: workers declare `--resources measure=1`, so a
 machine never runs two measurements (or a measurement beside another) at once."""
+WORKER_JOIN_S = 30.0
+"""How long a run waits for a worker declaring a resource it needs before skipping the variants needing it."""
 
 COUNTS_S = 60.0
 """How long the child counting parameters for the export order may take (past its imports)."""
@@ -138,6 +141,7 @@ class DaskExecutor:
             raise UserError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
         self.address = address
         self.runs_on = runs_on
+        self._seen: set[str] = set()  # resources some worker has declared this run
 
     def describe(self) -> str:
         return f"dask at {self.address} ({len(self._workers())} workers)"
@@ -152,12 +156,23 @@ class DaskExecutor:
             resources[hardware] = 1.0
         return resources
 
+    def _declared(self, name: str) -> bool:
+        return any(w.get("resources", {}).get(name, 0) >= 1 for w in self._workers().values())
+
     def _unplaceable(self, resources: dict[str, float]) -> str | None:
-        """Why no worker could ever take a task needing `resources` (it would wait forever)."""
+        """Why no worker could ever take a task needing `resources` (it would wait forever). Workers started
+        beside the run (a CI job starting the scheduler, its workers and the run at once) may still be joining:
+        a resource no worker declares yet is waited for up to `WORKER_JOIN_S`, once per resource and run."""
         for name in resources:
-            if not any(w.get("resources", {}).get(name, 0) >= 1 for w in self._workers().values()):
+            if name in self._seen:
+                continue
+            deadline = time.monotonic() + WORKER_JOIN_S
+            while not self._declared(name) and time.monotonic() < deadline:
+                time.sleep(0.25)
+            if not self._declared(name):
                 return (f"no worker of the Dask cluster at {self.address} declares the resource '{name}' "
-                        f"(start workers with --resources {name}=1)")
+                        f"(waited {WORKER_JOIN_S:g} s; start workers with --resources {name}=1)")
+            self._seen.add(name)
         return None
 
     def _check_lost(self, exc: Exception) -> None:

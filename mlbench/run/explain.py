@@ -2,7 +2,8 @@
 
 The record's own localization (made during the run for a variant that failed or passed close to its
 limits) is reused; otherwise, or with ``fresh``, the pipeline the report names is loaded, the variant
-found in its matrix, and its backend's ``localize`` runs here (exports come from the artifact cache).
+found in its matrix, and its backend's ``localize`` runs here (exports come from the artifact cache), or its
+localization is found in the cache (not with ``fresh``, which computes it now).
 """
 
 from __future__ import annotations
@@ -40,10 +41,13 @@ def explain(report_path: str | Path, variant_id: str, *, fresh: bool = False) ->
     kept = None if fresh else record_localization(record)
     if kept is not None:
         return kept
-    return _localize(report, record, path)
+    return _localize(report, record, path, cached=not fresh)
 
 
-def _localize(report: RunReport, record: RunRecord, path: Path) -> ErrorLocalization:
+def _localize(report: RunReport, record: RunRecord, path: Path, *, cached: bool = True) -> ErrorLocalization:
+    """The variant localized by its backend: found in the artifact cache when an earlier run or explain
+    computed it (`localize_hook.cached_localization`), unless not `cached` (`--fresh`: computed now)."""
+    from mlbench.backends.localize_hook import cached_localization
     from mlbench.matrix import expand
     from mlbench.plugins.registry import get
     from mlbench.plugins.spec import load_attr
@@ -62,8 +66,12 @@ def _localize(report: RunReport, record: RunRecord, path: Path) -> ErrorLocaliza
     if variant is None:
         raise UserError(f"{pipeline_file} no longer has variant {record.variant_id!r}", file=path)
     ctx = WorkContext(pipeline.config, pipeline.base_dir, ArtifactCache(pipeline.cache_dir))
-    found: ErrorLocalization = load_attr(spec.localize)(ctx.backend(variant), ctx.model(variant.model), variant)
-    return found
+    localize = load_attr(spec.localize)
+    backend, model = ctx.backend(variant), ctx.model(variant.model)
+    if not cached:
+        fresh: ErrorLocalization = localize(backend, model, variant)
+        return fresh
+    return cached_localization(backend, model, variant, localize)
 
 
 def advised_pipeline(report_path: str | Path, found: ErrorLocalization, destination: str | Path) -> Path:

@@ -14,6 +14,7 @@ figures of those that did not, saying so; nothing here fails a variant.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -50,9 +51,11 @@ AskFresh = Callable[[tuple[Any, ...], float, str], Any]
 
 
 def with_memory_rounds(spec: WorkSpec, group: list[Any], finished: Iterator[Finished], limits: ChildLimits,
-                       threads: int | None, ask: AskFresh) -> Iterator[Finished]:
+                       threads: int | None, ask: AskFresh, seconds: dict[str, float] | None = None
+                       ) -> Iterator[Finished]:
     """The group's records (`finished`, its timed round), their memory figures the median over `memory.rounds`
-    rounds; as they come where one round is asked for. The records wait for the group's rounds."""
+    rounds; as they come where one round is asked for. The records wait for the group's rounds, whose wall time
+    (their children's start included) is added to `seconds["memory_rounds"]`."""
     rounds = rounds_of(spec)
     if rounds < 2 or not measures_rounds(group[0].backend):
         yield from finished
@@ -60,11 +63,14 @@ def with_memory_rounds(spec: WorkSpec, group: list[Any], finished: Iterator[Fini
     done = list(finished)
     todo = [v for v in group if any(f.record.variant_id == v.id and _measured(f) for f in done)]
     request = ("memory", spec, todo, threads)
-    seconds = limits.measure_s or DEFAULT_SECONDS
+    limit_s = limits.measure_s or DEFAULT_SECONDS
     answers: list[Any] = []
     if todo:  # the rounds at once, each child on its own (resident memory is per process)
+        began = time.perf_counter()
         with ThreadPoolExecutor(max_workers=rounds, thread_name_prefix="mlbench-memory-round") as pool:
-            answers = list(pool.map(lambda _: ask(request, seconds, "limits.measure_s"), range(rounds)))
+            answers = list(pool.map(lambda _: ask(request, limit_s, "limits.measure_s"), range(rounds)))
+        if seconds is not None:
+            seconds["memory_rounds"] = seconds.get("memory_rounds", 0.0) + time.perf_counter() - began
     extra: list[dict[str, dict[str, Any]]] = [a for a in answers if a is not None]
     failed = len(answers) - len(extra)
     for item in done:

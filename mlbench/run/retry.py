@@ -130,9 +130,11 @@ def _rank(record: RunRecord) -> tuple[int, float]:
 
 def combine(first: RunRecord, second: RunRecord, past: float | None, why: str,
             reference: ReferenceRounds | None = None) -> RunRecord:
-    """One record from two measurements of a variant: the better graded (else the faster), with both in
-    `details.remeasured` and the grade saying what a reader must know; `reference`, where the second was
-    measured alternating with the model's reference variant, adds its figures and what they tell."""
+    """One record from two measurements of a variant: the one near its history, else the better graded (else the
+    faster); two AGREE_FACTOR apart with no history to arbitrate, the faster, graded noisy at least (a machine's
+    slow spell can read steady). Both are kept in `details.remeasured`, the grade saying what a reader must know;
+    `reference`, where the second was measured alternating with the model's reference variant, adds its figures
+    and what they tell."""
     first_figure, second_figure = _figure(first), _figure(second)
     if second_figure is None:  # the second measurement failed: the first stands, marked as it was
         note = f"measured again at the end of the run ({why}), which failed: {second.error or second.status}"
@@ -143,8 +145,11 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str,
     if first_figure is None:
         return second
     near = [_far(figure[0], past) is None for figure in (first_figure, second_figure)]
+    unarbitrated = past is None and _apart(first_figure[0], second_figure[0])
     if near[0] != near[1]:  # one agrees with the variant's past: that one is corroborated
         used = "second" if near[1] else "first"
+    elif unarbitrated:  # nothing says which is the variant's: interference slows calls, it never speeds them up
+        used = "second" if second_figure[0] < first_figure[0] else "first"
     else:
         used = "second" if _rank(second) < _rank(first) else "first"
     chosen_figure, other_figure = (second_figure, first_figure) if used == "second" else (first_figure, second_figure)
@@ -170,6 +175,10 @@ def combine(first: RunRecord, second: RunRecord, past: float | None, why: str,
         change = lambda s: s.adjusted(note).regraded(  # noqa: E731
             "unreliable", f"{ratio:.3g}x this variant's history median ({past:.3g} ms), and the two measurements "
             "disagree")
+    elif unarbitrated:  # a steady figure in a slow spell of the machine must not read as the variant's own
+        change = lambda s: s.adjusted(note).regraded(  # noqa: E731
+            "noisy", f"measured twice {max(value, other_value) / max(min(value, other_value), 1e-12):.3g}x apart "
+            "with no history to tell which is the variant's: the faster is used")
     else:
         change = lambda s: s.adjusted(note)  # noqa: E731
     remeasured = {"why": why, "used": used, "history_median_ms": past,

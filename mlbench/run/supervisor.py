@@ -169,8 +169,8 @@ def measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Chi
     its own (`memory_rounds.py`)."""
     timed = _measure_group(pool, spec, group, limits, on_stage, on_started, seconds, threads)
     yield from with_memory_rounds(spec, group, timed, limits, threads,
-                                  lambda request, seconds, limit: ask(pool, request, limits.memory_bytes, seconds,
-                                                                      limit, fresh=True))
+                                  lambda request, limit_s, limit: ask(pool, request, limits.memory_bytes, limit_s,
+                                                                      limit, fresh=True), seconds)
 
 
 def _measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: ChildLimits,

@@ -76,3 +76,16 @@ def test_a_model_without_an_lm_head_is_refused_in_one_line():
         KVCacheLM(encoder, context=16)
     assert str(err.value) == ("BertModel is not a causal language model (no LM head), "
                               "so it has no key/value cache to generate with")
+
+
+def test_fused_attention_decodes_as_eager_attention_does():
+    model = tiny_causal_lm("llama")
+    prompt = [3, 5, 7, 9, 11]
+    runs = {}
+    for attention in ("eager", "sdpa"):
+        wrapper = KVCacheLM(model, context=32, attention=attention)
+        runs[attention] = greedy(eager_step(wrapper), eager_step(wrapper), prompt, new_tokens=6)
+    assert runs["sdpa"].tokens == runs["eager"].tokens
+    assert max(np.abs(a - b).max() for a, b in zip(runs["sdpa"].logits, runs["eager"].logits)) < 1e-4
+    with pytest.raises(ValueError, match="attention must be one of eager, sdpa, not 'flash'"):
+        KVCacheLM(model, context=32, attention="flash")

@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 
 from mlbench.cli.main import main
+from mlbench.run import executors
 from mlbench.run.progress import LiveProgress, PlainProgress, for_terminal
 from mlbench.run.runner import run
 from mlbench.store.cache import ArtifactCache
@@ -70,9 +72,10 @@ def test_same_records_and_keys_on_one_job_two_jobs_and_a_dask_cluster(write_pipe
 
 
 @pytest.mark.slow
-def test_dask_measurement_needing_missing_hardware_is_skipped(write_pipeline):
+def test_dask_measurement_needing_missing_hardware_is_skipped(write_pipeline, monkeypatch):
     from distributed import LocalCluster
 
+    monkeypatch.setattr(executors, "WORKER_JOIN_S", 1.0)
     text = PIPELINE.replace("compute_units: [cpu_only, all]", "compute_units: all\n    runs_on: apple-m2")
     pipeline = load_pipeline(write_pipeline(text))
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True, resources={"measure": 1},
@@ -81,8 +84,35 @@ def test_dask_measurement_needing_missing_hardware_is_skipped(write_pipeline):
     skipped = [r for r in report.records if r.status == "skipped"]
     assert {r.backend for r in skipped} == {"coreml"} and len(skipped) == 4
     assert skipped[0].error == (f"no worker of the Dask cluster at {cluster.scheduler_address} declares the resource "
-                                "'apple-m2' (start workers with --resources apple-m2=1)")
+                                "'apple-m2' (waited 1 s; start workers with --resources apple-m2=1)")
     assert all(r.status == "ok" for r in report.records if r.backend == "torch")
+
+
+@pytest.mark.slow
+def test_dask_workers_joining_after_the_run_started_are_waited_for(monkeypatch):
+    """A CI job may start the scheduler, its workers and the run at once: a resource that a worker joining a few
+    seconds later declares is waited for (once per run), and one no worker declares is reported after the wait."""
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(executors, "WORKER_JOIN_S", 30.0)
+    with LocalCluster(n_workers=0, threads_per_worker=1, processes=True, resources={"measure": 1},
+                      dashboard_address=None) as cluster:
+        dask = executors.DaskExecutor(cluster.scheduler_address, {})
+        try:
+            joining = threading.Timer(2.0, cluster.scale, args=(1,))
+            joining.start()
+            began = time.monotonic()
+            assert dask._unplaceable({"measure": 1.0}) is None
+            assert time.monotonic() - began >= 1.5  # it waited for the worker
+            began = time.monotonic()
+            assert dask._unplaceable({"measure": 1.0}) is None and time.monotonic() - began < 0.5  # once per run
+            monkeypatch.setattr(executors, "WORKER_JOIN_S", 0.5)
+            assert dask._unplaceable({"measure": 1.0, "apple-m2": 1.0}) == (
+                f"no worker of the Dask cluster at {cluster.scheduler_address} declares the resource 'apple-m2' "
+                "(waited 0.5 s; start workers with --resources apple-m2=1)")
+            joining.join()
+        finally:
+            dask.close()
 
 
 @pytest.mark.slow

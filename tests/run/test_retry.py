@@ -61,6 +61,22 @@ def test_two_alike_measurements_far_from_history_read_as_a_real_change_and_disag
                                        "disagree"]
 
 
+def test_two_measurements_apart_with_no_history_use_the_faster_and_say_so():
+    """A machine's slow spell can read steady: with nothing to arbitrate, a steady 3.56 ms second measurement must
+    not replace a noisy 1.30 ms first one as a plain figure (seen on a VM whose speed changes by itself)."""
+    combined = combine(timed(1.30, "noisy", ["cv 0.15, IQR/median 0.06"]), timed(3.56), None, "why")
+    assert combined.metrics["latency.median"].value == 1.30
+    assert combined.details["remeasured"]["used"] == "first"
+    stability = combined.metrics["latency.median"].stability
+    assert stability.grade == "noisy"
+    assert stability.reasons[-1] == ("measured twice 2.74x apart with no history to tell which is the variant's: "
+                                     "the faster is used")
+    broken = combine(timed(934.0, "unreliable", ["cv 0.48, IQR/median 0.57"]), timed(27.7), None, "why")
+    assert broken.metrics["latency.median"].value == 27.7  # the preempted first one is not used
+    assert broken.metrics["latency.median"].stability.grade == "noisy"
+    close = combine(timed(1.30, "noisy"), timed(1.28), None, "why").metrics["latency.median"]
+    assert close.value == 1.28 and close.stability.grade == "stable"  # alike: the better graded, as before
+
 def test_with_no_time_to_measure_again_a_figure_far_from_history_is_graded_unreliable():
     changed = remeasure({"m/torch/cpu": timed(135.9)}, {"m/torch/cpu": 0.33}, 0, lambda vid: iter(()),
                         lambda text: None)

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 RULES_PATH = Path(__file__).with_name("compression_rules.yaml")
 QDQ = ("quantize", "dequantize")
 
-__all__ = ["Adjustment", "apple_rule_table", "load_compression_rules", "op_adjustment", "rule_table", "variant_kind"]
+__all__ = ["Adjustment", "apple_rule_table", "ios_release", "load_compression_rules", "op_adjustment", "rule_table",
+           "sparsity", "variant_kind"]
 KINDS = ("float32", "float16", "palettized", "int8 weights", "W8A8", "sparse")  # and "float32 <kind>" for a float32 program
 
 
@@ -31,6 +32,7 @@ KINDS = ("float32", "float16", "palettized", "int8 weights", "W8A8", "sparse")  
 class Adjustment:
     bytes_factor: float = 1.0
     time_factor: float = 1.0
+    flops_factor: float = 1.0
     int8: bool = False
     free: bool = False
     extra_bytes: int = 0
@@ -91,11 +93,34 @@ def variant_kind(analysis: ProgramAnalysis) -> str:
     return precision
 
 
-def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) -> Adjustment:
-    """How compression changes this op's time on `device` of `chip` (`w8a8`: the program quantizes activations)."""
+def ios_release(os_name: str | None) -> int | None:
+    """The iOS release number of a program's OS ("iOS17" -> 17, "macOS14" -> 17: macOS N pairs with iOS N + 3 from
+    macOS 11 on); None when unknown."""
+    import re
+
+    found = re.fullmatch(r"(iOS|macOS)(\d+)", os_name or "")
+    if found is None:
+        return None
+    number = int(found.group(2))
+    return number if found.group(1) == "iOS" else number + 3
+
+
+def sparsity(layer: LayerInfo) -> float | None:
+    """The share of zeros in a sparse op's weights, from its stored bytes: float16 non-zero values plus a one-bit
+    mask per element (a dense bias counted as non-zero); None when the weights are not plain sparse float16."""
+    storage = layer.weight_storage or ""
+    if "sparse_to_dense" not in storage or "fp16 nonzero" not in storage or not layer.params or not layer.weight_bytes:
+        return None
+    return 1.0 - (layer.weight_bytes - layer.params / 8) / (2 * layer.params)
+
+
+def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool,
+                  program_os: str | None = None) -> Adjustment:
+    """How compression changes this op's time on `device` of `chip` (`w8a8`: the program quantizes activations;
+    `program_os`: the OS its ML program's opset is for, e.g. "iOS17")."""
     rules = load_compression_rules()
     gen = chip.generation_index
-    bytes_factor, time_factor, int8, free, extra, applied = 1.0, 1.0, False, False, 0, []
+    bytes_factor, time_factor, flops_factor, int8, free, extra, applied = 1.0, 1.0, 1.0, False, False, 0, []
     if compressed(layer):
         applied.append("compressed_weights_read_at_stored_size")
         if device == "cpu" and layer.params:  # decompressed at load: read at float16 size
@@ -106,7 +131,15 @@ def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) 
             time_factor *= 1 + float(rule["cost_per_doubling"]) * math.log2(groups)
             applied.append(rule["id"])
         if "sparse_to_dense" in (layer.weight_storage or ""):
-            applied.append("sparse_weights_skip_no_compute")
+            skip = rules["high_sparsity_skips_neural_engine_compute"]
+            zeros, release = sparsity(layer), ios_release(program_os)
+            if (device == "neural_engine" and zeros is not None and release is not None
+                    and release >= int(skip["from_os"])
+                    and zeros >= float(skip["from_sparsity"]) - float(skip["read_margin"])):
+                flops_factor *= float(skip["compute_factor"])
+                applied.append(skip["id"])
+            else:
+                applied.append("sparse_weights_skip_no_compute")
         if "shift_scale" in (layer.weight_storage or "") and device == "gpu":
             applied.append("block_quantized_weights_read_packed_on_gpu")
     if w8a8 and device == "neural_engine":
@@ -121,5 +154,5 @@ def op_adjustment(layer: LayerInfo, device: str, chip: ChipProfile, w8a8: bool) 
                 applied.append("w8a8_int8_compute")
         else:
             applied.append("w8a8_unfused_before_a16")
-    return Adjustment(bytes_factor=bytes_factor, time_factor=time_factor, int8=int8, free=free, extra_bytes=extra,
-                      rules=tuple(applied))
+    return Adjustment(bytes_factor=bytes_factor, time_factor=time_factor, flops_factor=flops_factor, int8=int8,
+                      free=free, extra_bytes=extra, rules=tuple(applied))

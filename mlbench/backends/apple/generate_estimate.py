@@ -11,6 +11,10 @@ n = end = the prompt):
 - ``matmul`` (attention): 2 × output elements × the reduction length (the head size for Q·Kᵀ, whose last
   dimension is the unknown one, `end` for the weights·V); bytes: both operands and the output, so the cache
   read grows with the position;
+- ``scaled_dot_product_attention`` (the fused op, iOS18): per head 2·n·end·E for Q·Kᵀ and as much for the
+  weights·V, plus the scale, mask and softmax (7·n·end, as the cost model counts them); bytes: query and output
+  (n × E per head), key and value (`end` × E per head, the cache read) and the mask (n × end) — the scores stay on
+  chip, which is what fusing saves against the matmul, softmax, matmul chain;
 - any other op with unknown dimensions: one FLOP per output element, its output read and written once; an
   op with no dimension known at all is taken as large as its largest input.
 
@@ -38,6 +42,7 @@ __all__ = ["generation_estimates", "pin_shapes"]
 
 PREFILL_PREFIX = "latency.estimated.prefill."
 DECODE_PREFIX = "latency.estimated.decode."
+ATTENTION_POINTWISE_FLOPS = 7  # per score: scale 1, mask 1, softmax 5 (cost/linalg.py's attention)
 
 
 def _filled(shape: list[int | None] | None, end: int) -> list[int] | None:
@@ -72,6 +77,12 @@ def _pinned(layer: LayerInfo, n: int, end: int, head_dim: int, inputs_elements: 
         batch = out // max(rows * cols, 1)
         data = bytes_per * (out + batch * (rows * reduction + reduction * cols))
         return layer.model_copy(update={"flops": 2 * out * reduction, "bytes": data, "output_shape": shape})
+    if layer.op_type == "scaled_dot_product_attention":
+        heads = _count(shape[:-2])
+        query, scores = heads * n * head_dim, n * end
+        flops = heads * scores * (4 * head_dim + ATTENTION_POINTWISE_FLOPS)
+        data = bytes_per * (2 * query + 2 * heads * end * head_dim + scores)
+        return layer.model_copy(update={"flops": flops, "bytes": data, "output_shape": shape})
     if layer.flops is None or layer.bytes is None or any(d is None for d in layer.output_shape or []):
         return layer.model_copy(update={"flops": out, "bytes": 2 * out * bytes_per, "output_shape": shape})
     return layer

@@ -219,13 +219,17 @@ class CoreaiBackend(Backend):
         path, analysis = exported.payload
         metrics = static_metrics(analysis)
         if model.spec.generate is not None:
-            from mlbench.backends.coreai.generate import measure_generation
+            from mlbench.backends.coreai import derived_figures as derived
+            from mlbench.backends.coreai.generate import generation_measurement
 
             why = NOT_TIMED_ON_DEVICE if _on_device() else NO_DEVICE
-            generated, verify, details, placement = measure_generation(
-                Path(path), analysis, model, variant, self.config, list(self.target.estimate_on), why)
+            # each once per asset and prompt length (and compute units for the estimates), cached beside it
+            verify, run_details = derived.reference_generation(self, exported, model, variant)
+            estimated = derived.generation_estimates(self, exported, model, variant)
+            generated, details = generation_measurement(analysis, model, variant, verify, run_details, estimated,
+                                                        list(self.target.estimate_on), why)
             metrics.update(generated)
-            return Measurement(metrics=metrics, verify=verify, placement=placement, details=details)
+            return Measurement(metrics=metrics, verify=verify, placement=estimated.placement, details=details)
         if _on_device():  # pragma: no cover - macOS 27 only
             from mlbench.backends.coreai.device import measure_on_device
 

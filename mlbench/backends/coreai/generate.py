@@ -38,8 +38,10 @@ from mlbench.backends.coreai.export import (
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
+    from mlbench.backends.cached_figures import DerivedFigures
     from mlbench.config.pipeline import PipelineConfig
     from mlbench.matrix import Variant
+    from mlbench.records import Verification
     from mlbench.sources.loading import LoadedModel
 
 FUNCTIONS = ("prefill", "decode")
@@ -165,22 +167,14 @@ def kv_cache_bytes(analysis: dict[str, Any]) -> int | None:
     return total
 
 
-def measure_generation(path: Path, analysis: dict[str, Any], model: LoadedModel, variant: Variant,
-                       config: PipelineConfig, estimate_on: list[str], no_device: str
-                       ) -> tuple[dict[str, Any], Any, dict[str, Any], Any]:
-    """The generative metrics of a Core AI variant on Linux: (metrics, verification, details, the decode
-    function's estimated placement or None)."""
-    from mlbench.generate.metrics import (
-        DECODE,
-        PREFILL,
-        generative_metrics,
-        verification_metrics,
-        verify_generation,
-    )
+def check_generation(path: Path, model: LoadedModel, variant: Variant, config: PipelineConfig
+                     ) -> tuple[Verification, dict[str, Any]]:
+    """The asset's generation in Core AI's reference runtime over eager's tokens, judged against eager's:
+    (the verification, what the runs left worth keeping)."""
+    from mlbench.generate.metrics import verify_generation
     from mlbench.generate.reference import REFERENCE_NAME, eager_generation, prompt_tokens
 
-    generate = model.spec.generate
-    assert generate is not None and variant.prompt is not None
+    assert variant.prompt is not None
     reference = eager_generation(model, variant.prompt)
     prompt = [int(t) for t in prompt_tokens(model.spec, model.seed, variant.prompt)[0]]
     trace, _, run_details = reference_generation(path, prompt, reference.fed_tokens())
@@ -188,6 +182,18 @@ def measure_generation(path: Path, analysis: dict[str, Any], model: LoadedModel,
     verification = verify_generation(reference, trace, tolerance=config.verify.tolerance_for(precision, optimize),
                                      min_snr_db=config.verify.min_snr_db_for(precision, optimize),
                                      reference_name=REFERENCE_NAME, source="reference")
+    return verification, run_details
+
+
+def generation_measurement(analysis: dict[str, Any], model: LoadedModel, variant: Variant, verification: Verification,
+                           run_details: dict[str, Any], estimated: DerivedFigures, estimate_on: list[str],
+                           no_device: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The generative metrics and details of a Core AI variant on Linux, from its reference check
+    (`check_generation`) and its estimates (`generate_estimate.estimate_generation`)."""
+    from mlbench.generate.metrics import DECODE, PREFILL, generative_metrics, verification_metrics
+
+    generate = model.spec.generate
+    assert generate is not None and variant.prompt is not None
     metrics = generative_metrics(kv_cache_bytes=kv_cache_bytes(analysis), absent={PREFILL: no_device,
                                                                                   DECODE: no_device})
     metrics.update(verification_metrics(verification))
@@ -196,10 +202,7 @@ def measure_generation(path: Path, analysis: dict[str, Any], model: LoadedModel,
                      "functions": list(FUNCTIONS), "states": STATES},
         "reference_runtime": {**run_details, "note": "time of Core AI's single-threaded CPU reference runtime on "
                               "this machine (prefill: one call; decode: each step): not latency"}}
-    from mlbench.backends.coreai.generate_estimate import estimate_generation
-
-    estimates, parts, placement = estimate_generation(path, model, variant, estimate_on)
-    metrics.update(estimates)
+    metrics.update(estimated.metrics)
     if estimate_on:
-        details["latency_estimate"] = parts
-    return metrics, verification, details, placement
+        details["latency_estimate"] = estimated.details
+    return metrics, details

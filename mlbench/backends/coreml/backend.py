@@ -187,7 +187,7 @@ class CoremlBackend(Backend):
                 metrics[name] = Metric.absent(unit, reason)
             # the emulated verification is the headline here: the program is checked on any OS
             metrics.update(verification_metrics(emulated, why_not and f"{why_not}; {reason}"))
-            details.update(self._localize(model, variant, emulated))
+            details.update(self._localize(model, exported, variant, emulated))
             return Measurement(metrics=metrics, placement=placement, verify=emulated, details=details)
         from pathlib import Path
 
@@ -208,14 +208,14 @@ class CoremlBackend(Backend):
         result.metrics.update(verification_metrics(emulated, why_not, prefix="verify.emulated"))
         if emulated is not None:
             result.details["verify_emulated"] = emulated.model_dump(mode="json")
-        result.details.update(self._localize(model, variant, result.verify or emulated))
+        result.details.update(self._localize(model, exported, variant, result.verify or emulated))
         return result
 
-    def _localize(self, model: LoadedModel, variant: Variant, verification: Any) -> dict[str, Any]:
+    def _localize(self, model: LoadedModel, exported: Exported, variant: Variant, verification: Any) -> dict[str, Any]:
         from mlbench.backends.coreml.localize.variant import localize_variant
 
         return localize_if_close(self, model, variant, verification, localize_variant,
-                                 existing=self.target.package is not None)
+                                 existing=self.target.package is not None, info=exported.info)
 
     def _measure_on_device(self, model: LoadedModel, exported: Exported, variant: Variant, wanted: str) -> Measurement:
         """A connected iPhone or iPad (`device:`), through coremltools' remote device (`remote.py`)."""

@@ -6,7 +6,11 @@
   what a program computes, so the four compute-unit variants of one package share it;
 - the estimated memory: once per package;
 - off macOS, the estimated placement and latency: once per package, compute units, chips (and their profiles
-  and calibration) and version of the rules.
+  and calibration) and version of the rules;
+- a generative export's emulated generation check (token agreement, logits error against eager's greedy
+  generation): once per export, prompt length, new tokens, eager's generation, tolerance and interpreter
+  version; off macOS, its functions' placements and prefill/decode estimates: once per export, compute units,
+  prompt length, new tokens and chips.
 
 The versions are digests of the code that computes each (`code_version`): editing a kernel, a rule or a chip
 table computes the figures again; nothing else does.
@@ -16,7 +20,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.cached_figures import DerivedFigures, cached_figures, code_version, digest_arrays
+from mlbench.backends.cached_figures import (
+    DerivedFigures,
+    cached_figures,
+    code_version,
+    digest_arrays,
+    digest_generation,
+)
 from mlbench.machine import package_version
 
 if TYPE_CHECKING:
@@ -32,6 +42,8 @@ if TYPE_CHECKING:
 EMULATED = "coreml.emulated_verify"
 ESTIMATES = "coreml.estimates"
 MEMORY = "coreml.memory_estimate"
+GENERATION = "coreml.emulated_generation"
+GENERATION_ESTIMATES = "coreml.generation_estimates"
 
 
 def emulator_version() -> str:
@@ -106,3 +118,47 @@ def estimates(cache: ArtifactCache, exported: Exported, variant: Variant, settin
     parts = {"compute_units": compute_units, **settings, "code": rules_version()}
     return cached_figures(cache, exported.info, ESTIMATES, parts, compute, work="estimated",
                           label=f"{variant.artifact_id} on {compute_units}")
+
+
+def generation_version() -> str:
+    """The version of what computes an emulated generation check: the interpreter and comparison
+    (`emulator_version`), the stateful generator and mlbench's generation code (eager's, the metrics)."""
+    return emulator_version() + "/" + code_version("mlbench.backends.coreml.generate.run", "mlbench.generate")
+
+
+def emulated_generation(cache: ArtifactCache, config: PipelineConfig, exported: Exported, model: LoadedModel,
+                        variant: Variant) -> tuple[Verification | None, str | None]:
+    """`generate.run.emulated_generation`'s (verification, why not), computed once per generative export, prompt
+    length, new tokens, eager's generation and tolerance: the compute-unit variants of one export share it."""
+    from mlbench.backends.coreml.generate.run import emulated_generation as emulate
+    from mlbench.backends.coreml.generate.run import judged_as
+    from mlbench.generate.reference import eager_generation
+
+    folder = exported.payload.folder
+
+    def compute() -> DerivedFigures:
+        verification, why_not = emulate(folder, model, variant, config)
+        return DerivedFigures(verification=verification, why_not=why_not)
+
+    generate = model.spec.generate
+    if not model.has_source or generate is None or variant.prompt is None:
+        figures = compute()
+        return figures.verification, figures.why_not
+    tolerance, floor = judged_as(config, variant.axis("precision"), variant.axis("optimize"))
+    parts = {"prompt": variant.prompt, "new_tokens": generate.new_tokens,
+             "reference": digest_generation(eager_generation(model, variant.prompt)), "tolerance": tolerance,
+             "min_snr_db": floor, "code": generation_version()}
+    figures = cached_figures(cache, exported.info, GENERATION, parts, compute, work="emulated",
+                             label=f"{variant.artifact_id} at prompt {variant.prompt}")
+    return figures.verification, figures.why_not
+
+
+def generation_estimates(cache: ArtifactCache, exported: Exported, variant: Variant, settings: dict[str, Any],
+                         compute: Callable[[], DerivedFigures]) -> DerivedFigures:
+    """Off macOS: a generative export's placements and prefill/decode estimates (`compute()`), once per export,
+    compute units, prompt length, new tokens and the estimate's `settings` (the chips and their profiles)."""
+    compute_units = variant.axis("compute_units")
+    parts = {"compute_units": compute_units, "prompt": variant.prompt, **settings,
+             "code": code_version("mlbench.backends.coreml.generate.backend") + "/" + rules_version()}
+    return cached_figures(cache, exported.info, GENERATION_ESTIMATES, parts, compute, work="estimated",
+                          label=f"{variant.artifact_id} on {compute_units} at prompt {variant.prompt}")

@@ -82,6 +82,7 @@ def artifact_key_inputs(model: LoadedModel, delegate: str, precision: str, recip
 class ExecutorchBackend(Backend):
     name = "executorch"
     cached_export = True
+    localizes_against_export = False  # its reference is the model's float32 program before lowering
     target: ExecutorchTarget
 
     def _recipe(self, variant: Variant) -> dict[str, Any] | None:
@@ -265,7 +266,8 @@ class ExecutorchBackend(Backend):
         from mlbench.backends.executorch.localize import localize_variant
         from mlbench.backends.localize_hook import localize_if_close
 
-        details.update(localize_if_close(self, model, variant, verify, localize_variant, existing=False))
+        details.update(localize_if_close(self, model, variant, verify, localize_variant, existing=False,
+                                         info=exported.info))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
 

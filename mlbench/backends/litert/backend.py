@@ -258,6 +258,6 @@ class LitertBackend(Backend):
         from mlbench.backends.litert.localize import localize_variant
         from mlbench.backends.localize_hook import localize_if_close
 
-        details.update(localize_if_close(self, model, variant, verify, localize_variant,
-                                         existing=False))
+        details.update(localize_if_close(self, model, variant, verify, localize_variant, existing=False,
+                                         info=exported.info))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)

@@ -63,6 +63,7 @@ def interpreter_values(path: Path, arrays: list[np.ndarray]) -> tuple[list[Node]
     """(the ops in execution order, every tensor's value by name (dequantized), the constant tensors, the
     output names, tensor details by name) after one call on LiteRT's builtin kernels."""
     from mlbench.backends.capture import quiet_native_stderr
+    from mlbench.backends.litert.runtime import to_tensor
 
     with quiet_native_stderr():
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
@@ -74,7 +75,7 @@ def interpreter_values(path: Path, arrays: list[np.ndarray]) -> tuple[list[Node]
     names = _unique_names(details)
     inputs = interp.get_input_details()
     for detail, array in zip(inputs, arrays):
-        interp.set_tensor(detail["index"], np.asarray(array).astype(detail["dtype"]))
+        interp.set_tensor(detail["index"], to_tensor(np.asarray(array), detail))  # a full_int8 input: quantized
     interp.invoke()
     produced: set[int] = set()
     nodes = []
@@ -138,6 +139,10 @@ def localize_models(variant: Path, reference: Path, samples: list[list[np.ndarra
                                     for node in nodes for name in node.outputs}
     for output, ref_output in zip(outputs, ref_outputs if runs else []):
         pairs[output] = ref_output
+    produced = set(pairs)
+    for name in runs[0][0] if runs else {}:  # the inputs: a full_int8 model's are quantized, its first error
+        if name not in produced and name not in constants and name in reference_values:
+            pairs[name] = name
     for node in nodes:  # a variant's DEQUANTIZE of an input stands for its input
         if pairs.get(node.name) is None and node.op_type in ("DEQUANTIZE", "QUANTIZE") and node.inputs:
             pairs[node.name] = pairs.get(node.inputs[0])

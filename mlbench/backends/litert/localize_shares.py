@@ -173,16 +173,14 @@ def _run(model: bytes, values: list[np.ndarray]) -> list[np.ndarray]:
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     from mlbench.backends.capture import quiet_native_stderr
+    from mlbench.backends.litert.runtime import to_tensor
 
     with quiet_native_stderr():
         interp = Interpreter(model_content=model,
                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
         interp.allocate_tensors()
-    for detail, value in zip(interp.get_input_details(), values):
-        scale, zero = detail.get("quantization", (0.0, 0))
-        if np.dtype(detail["dtype"]) in [np.dtype(t) for t in QUANTIZED] and scale:
-            value = np.round(np.asarray(value, dtype=np.float64) / scale + zero)
-        interp.set_tensor(detail["index"], np.asarray(value).astype(detail["dtype"]).reshape(detail["shape"]))
+    for detail, value in zip(interp.get_input_details(), values):  # quantized: rounded and clipped, never wrapped
+        interp.set_tensor(detail["index"], to_tensor(np.asarray(value), detail).reshape(detail["shape"]))
     interp.invoke()
     found = []
     for detail in interp.get_output_details():

@@ -46,13 +46,13 @@ class Runner:
         if len(arrays) != len(self.names):
             raise ValueError(f"the .tflite signature takes {len(self.names)} inputs ({', '.join(self.names)}); "
                              f"the model has {len(arrays)}")
-        return {name: _to_tensor(array, self.inputs[name]) for name, array in zip(self.names, arrays)}
+        return {name: to_tensor(array, self.inputs[name]) for name, array in zip(self.names, arrays)}
 
     def __call__(self, feed: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.runner(**feed)
 
     def outputs_of(self, result: dict[str, np.ndarray]) -> list[np.ndarray]:
-        return [_from_tensor(result[name], self.outputs[name]) for name in self.output_names]
+        return [from_tensor(result[name], self.outputs[name]) for name in self.output_names]
 
 
 def _output_order(name: str) -> tuple[int, str]:
@@ -60,7 +60,9 @@ def _output_order(name: str) -> tuple[int, str]:
     return (int(tail), name) if tail.isdigit() else (1 << 30, name)
 
 
-def _to_tensor(array: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+def to_tensor(array: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    """A float array as the tensor `detail` takes it: quantized with its own scale and zero point (rounded,
+    clipped to its integer range) where it is an integer tensor with a scale; else cast."""
     dtype = np.dtype(detail["dtype"])
     if np.issubdtype(dtype, np.integer) and np.issubdtype(array.dtype, np.floating):
         scale, zero = detail["quantization"]
@@ -70,7 +72,8 @@ def _to_tensor(array: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
     return array.astype(dtype, copy=False)
 
 
-def _from_tensor(array: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+def from_tensor(array: np.ndarray, detail: dict[str, Any]) -> np.ndarray:
+    """A tensor's value in float32: dequantized with its own scale and zero point where it has one."""
     scale, zero = detail["quantization"]
     if np.issubdtype(array.dtype, np.integer) and scale:
         return ((array.astype(np.float32) - zero) * scale).astype(np.float32)

@@ -348,7 +348,7 @@ class OnnxruntimeBackend(Backend):
         from mlbench.backends.onnxruntime.localize import localize_variant
 
         details.update(localize_if_close(self, model, variant, verify, localize_variant,
-                                         existing=self.target.file is not None))
+                                         existing=self.target.file is not None, info=exported.info))
         return Measurement(metrics=metrics, latency=latency, verify=verify, placement=placement, details=details)
 
     def _measure_generation(self, ort: Any, model: LoadedModel, exported: Exported, variant: Variant,

@@ -29,6 +29,7 @@ from mlbench.report.html.charts import (
     value_of,
 )
 from mlbench.report.html.ticks import linear_time_labels, log_time_label
+from mlbench.report.lead import ESTIMATED_LATENCY, chips_of
 from mlbench.report.text import html_text as escape
 from mlbench.stability import mark, suffix
 
@@ -37,8 +38,11 @@ BAR_GAP = 3
 
 
 def estimate_columns(records: Sequence[RunRecord]) -> list[MetricInfo]:
-    """The extra latency figures (estimates per chip) these records carry, in catalog order."""
-    return [c for c in columns([n for r in records for n in r.metrics]) if c.unit == "ms"]
+    """The per-chip latency estimates these records carry (`latency.estimated.<chip>`), in catalog order: not
+    every extra figure in ms (a cold or warm load, a generation's prefill estimate) is one call's latency."""
+    chips = set(chips_of(records))
+    return [c for c in columns([n for r in records for n in r.metrics])
+            if c.unit == "ms" and c.name.removeprefix(ESTIMATED_LATENCY) in chips]
 
 
 def chip_of(column: MetricInfo) -> str:

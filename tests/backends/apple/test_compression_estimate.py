@@ -166,3 +166,56 @@ def test_block_quantized_weights_on_the_gpu_are_read_packed_and_named():
     assert "block_quantized_weights_read_packed_on_gpu" not in plain.rules
     assert int4.total_ms <= plain.total_ms
     assert any(r["id"] == "block_quantized_weights_read_packed_on_gpu" for r in apple_rule_table())
+
+
+def sparse_program(zeros: float, opset_os: str | None = "iOS17") -> tuple[ProgramAnalysis, Placement]:
+    """`program("float16")` with every conv's weights pruned to `zeros` (stored as coremltools stores them: the
+    non-zero float16 values and a one-bit mask), in a program for `opset_os`."""
+    analysis, placement = program("float16")
+    pruned = analysis.model_copy(deep=True, update={"opset_os": opset_os})
+    for layer in pruned.layers:
+        params = CONV["params"]
+        layer.weight_storage = "sparse_to_dense(uint8 mask, fp16 nonzero_data)"
+        layer.weight_bytes = params // 8 + round(2 * params * (1 - zeros))
+        layer.bytes = 2 * 2 * 256 * 784 + layer.weight_bytes
+    return pruned, placement
+
+
+def sparse_ms(zeros: float, chip_id: str = "a16", opset_os: str | None = "iOS17") -> tuple[float, list[str]]:
+    fit = calibration()
+    assert fit is not None
+    estimate = estimate_latency(*sparse_program(zeros, opset_os), builtin_chips()[chip_id],
+                                chip_parameters(fit, chip_id)[0])
+    return estimate.total_ms, estimate.rules
+
+
+def test_high_sparsity_gains_on_the_neural_engine_of_recent_oss_and_says_so():
+    dense = ms("float16", "a16")
+    half, half_rules = sparse_ms(0.5)
+    most, most_rules = sparse_ms(0.75)
+    assert most < half <= dense  # 75% skips arithmetic on these compute-bound convs; 50% saves only bytes
+    assert most_rules == ["compressed_weights_read_at_stored_size", "high_sparsity_skips_neural_engine_compute"]
+    assert half_rules == ["compressed_weights_read_at_stored_size", "sparse_weights_skip_no_compute"]
+    older, older_rules = sparse_ms(0.75, opset_os="iOS16")  # before iOS17 / macOS14: no skipping
+    assert older > most and "high_sparsity_skips_neural_engine_compute" not in older_rules
+    _mac, mac_rules = sparse_ms(0.75, "m1pro", opset_os="macOS14")  # macOS14 pairs with iOS17
+    assert "high_sparsity_skips_neural_engine_compute" in mac_rules
+
+
+def test_high_sparsity_does_not_skip_on_the_gpu():
+    analysis, _ = sparse_program(0.75)
+    gpu = Placement(source="estimated", method="test", preferred="gpu", compute_ops=len(analysis.layers),
+                    constants=0, by_count={"gpu": 1.0}, switches=0,
+                    ops=[OpPlacement(name=x.name, op_type=x.op_type, device="gpu") for x in analysis.layers])
+    chip, params = builtin_chips()["m1max"], chip_parameters(calibration(), "m1max")[0]  # type: ignore[arg-type]
+    assert "high_sparsity_skips_neural_engine_compute" not in estimate_latency(analysis, gpu, chip, params).rules
+
+
+def test_the_sparsity_is_read_from_the_stored_bytes():
+    from mlbench.backends.apple.compression_rules import ios_release, sparsity
+
+    analysis, _ = sparse_program(0.75)
+    assert abs((sparsity(analysis.layers[0]) or 0) - 0.75) < 1e-3
+    assert sparsity(program("palettize4")[0].layers[0]) is None
+    assert (ios_release("iOS17"), ios_release("macOS15"), ios_release("watchOS10"), ios_release(None)) == (
+        17, 18, None, None)

@@ -18,6 +18,7 @@ from mlbench.run import run
 from mlbench.store.derived import DERIVED_DETAILS, VALUE_NAME, derived_of
 from mlbench.validate import load_pipeline
 from tests.conftest import ROOT
+from tests.derived_uses import derived_uses
 
 pytestmark = [pytest.mark.torch, pytest.mark.skipif(sys.platform == "darwin", reason="off macOS: estimates cached")]
 
@@ -62,9 +63,6 @@ def _pipeline(folder, out="out", name="p.yaml"):
     return path
 
 
-def _uses(record, kind):
-    return [use["outcome"] for use in record.details[DERIVED_DETAILS] if use["kind"] == kind]
-
 
 def _figures(report):
     return {r.variant_id: (r.verify.model_dump(), {n: m.value for n, m in r.metrics.items()}) for r in report.records}
@@ -83,7 +81,7 @@ def cold_and_warm(tmp_path_factory):
 def test_the_four_compute_unit_variants_of_one_package_make_one_emulation_with_identical_figures(cold_and_warm):
     _, cold, _ = cold_and_warm
     assert [r.status for r in cold.records] == ["ok"] * 4
-    assert [_uses(r, "coreml.emulated_verify") for r in cold.records] == [["computed"], ["cached"], ["cached"],
+    assert [derived_uses(r, "coreml.emulated_verify") for r in cold.records] == [["computed"], ["cached"], ["cached"],
                                                                           ["cached"]]
     assert cold.work["emulated"] == {"computed": 1, "cached": 0}
     assert cold.work["exported"] == {"computed": 1, "cached": 0}
@@ -99,7 +97,7 @@ def test_a_warm_rerun_emulates_nothing_and_reports_the_same_figures(cold_and_war
     _, cold, warm = cold_and_warm
     assert warm.work == {"exported": {"computed": 0, "cached": 1}, "estimated": {"computed": 0, "cached": 5},
                          "emulated": {"computed": 0, "cached": 1}, "timed": {"computed": 0, "cached": 0}}
-    assert all(set(_uses(r, "coreml.emulated_verify")) == {"cached"} for r in warm.records)
+    assert all(set(derived_uses(r, "coreml.emulated_verify")) == {"cached"} for r in warm.records)
     assert _figures(warm) == _figures(cold)
     assert [r.placement for r in warm.records] == [r.placement for r in cold.records]
 
@@ -173,3 +171,21 @@ def test_two_runs_at_once_on_one_cache_compute_each_entry_once_and_both_report_i
     assert _figures(reports[0]) == _figures(reports[1])
     for err in errs:
         assert err.rstrip().splitlines()[-1].startswith("4 ok; ")
+
+
+@pytest.mark.slow
+def test_two_jobs_emulate_each_package_shared_by_two_compute_unit_variants_once(tmp_path):
+    """Two packages exported by two children at once; each child measures its package's variants (nothing is
+    timed off macOS), and each package's emulation is computed once and found by its other variant."""
+    path = _pipeline(tmp_path)
+    path.write_text(path.read_text().replace("[cpu_only, cpu_and_gpu, cpu_and_ne, all]", "[cpu_only, all]")
+                    .replace("precision: [float16]", "precision: [float32, float16]"))
+    report = run(load_pipeline(path), jobs=2)
+    assert [r.status for r in report.records] == ["ok"] * 4
+    assert report.work["exported"] == {"computed": 2, "cached": 0}
+    assert report.work["emulated"] == {"computed": 2, "cached": 0}
+    assert report.work["estimated"] == {"computed": 6, "cached": 0}  # memory per package, placement per units
+    for precision in ("float32", "float16"):
+        records = [r for r in report.records if r.axes["precision"] == precision]
+        assert sorted(o for r in records for o in derived_uses(r, "coreml.emulated_verify")) == ["cached", "computed"]
+        assert records[0].verify == records[1].verify

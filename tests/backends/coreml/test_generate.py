@@ -94,6 +94,23 @@ def test_estimates_grow_with_the_prompt_and_the_position(exported):
     assert parts["m1"]["decode"]["positions"] == [25, 28]
 
 
+@pytest.mark.slow
+def test_fused_attention_exports_one_op_whose_estimate_reads_the_cache_and_not_the_scores(tmp_path):
+    from mlbench.backends.apple.analysis import analyse_package
+    from mlbench.backends.apple.generate_estimate import ATTENTION_POINTWISE_FLOPS, pin_shapes
+    from mlbench.backends.coreml.generate.export import export_generation
+
+    lm = tiny_causal_lm("llama", **LLAMA)
+    result = export_generation(lm, context=32, precision="float16", optimization=None, dest=tmp_path / "generation",
+                               attention="sdpa")
+    decode = analyse_package(result.folder / "model.mlpackage", "decode")
+    assert decode.op_counts.get("scaled_dot_product_attention") == 1 and "softmax" not in decode.op_counts
+    fused = next(x for x in pin_shapes(decode, 1, 10, 16).layers if x.op_type == "scaled_dot_product_attention")
+    assert fused.flops == 4 * 10 * (4 * 16 + ATTENTION_POINTWISE_FLOPS)  # 4 heads, 1 query, 10 positions
+    # query and output (4 heads × 16), key and value over the 10 positions, the mask row: float16
+    assert fused.bytes == 2 * (2 * 4 * 16 + 2 * 4 * 10 * 16 + 10)
+
+
 class FakeStatefulCoremltools(types.ModuleType):
     """coremltools' macOS calls for a stateful multifunction model, answered by mlbench's interpreter."""
 

@@ -44,6 +44,18 @@ def test_each_model_and_deployment_target_has_its_own_latency_scale():
     assert html.index("Apple devices") < html.index("big/coreml/all") < html.index("server or desktop CPU")
 
 
+def test_only_per_chip_estimates_are_drawn_as_chips_not_load_times_or_prefill():
+    """A cold and a warm load (measured, ms) and a generation's prefill estimate are not one call's latency on a
+    chip: the latency chart and its legend leave them out (they once showed as '≈ cold (estimated for that chip)')."""
+    records = [rec("m/onnxruntime/cpu", [2.0, 2.1, 2.2], load_time__cold=110.0, load_time__warm=70.0),
+               rec("m/coreml/all", latency__estimated__a17pro=Metric.estimated(0.7, "ms"),
+                   latency__estimated__prefill__a17pro=Metric.estimated(9.0, "ms"))]
+    html = render_html(run_of(records, "loads0001"))
+    assert "a17pro (estimated for that chip)" in html
+    for other in ("cold", "warm", "prefill.a17pro"):
+        assert f"{other} (estimated for that chip)" not in html
+    assert "ms cold</text>" not in html and "ms warm</text>" not in html
+
 def test_estimates_are_hatched_as_the_legend_says_and_every_pattern_is_defined_once():
     html = render_html(sample_report())
     used = set(re.findall(r'fill="url\(#([\w-]+)\)"', html))

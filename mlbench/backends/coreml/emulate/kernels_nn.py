@@ -10,13 +10,25 @@ from mlbench.backends.coreml.emulate.registry import as_bool, as_float, as_int, 
 # ------------------------------------------------------------------ linear algebra
 
 
+def _alike(*values):
+    """The operands in one dtype: iOS17's linear and matmul take x and the weight (or y) in different types (an
+    int32 weight with float x, float y with int32 x) and compute in the wider; the output is stored as declared."""
+    tensors = [v for v in values if v is not None]
+    common = tensors[0].dtype
+    for t in tensors[1:]:
+        common = torch.promote_types(common, t.dtype)
+    return [v if v is None or v.dtype == common else v.to(common) for v in values]
+
+
 @kernel("linear")
 def linear(x, weight, bias=None, **_):
+    x, weight, bias = _alike(x, weight, bias)
     return F.linear(x, weight, bias)
 
 
 @kernel("matmul")
 def matmul(x, y, transpose_x=False, transpose_y=False, **_):
+    x, y = _alike(x, y)
     if as_bool(transpose_x):
         x = x.transpose(-1, -2)
     if as_bool(transpose_y):

@@ -7,6 +7,10 @@ Everywhere: each function analysed and placed (decode's placement is the variant
 `latency.estimated.decode.<chip>` (`generate_estimate`), the generation emulated and verified against eager
 (`generate_run`). On macOS, prefill and decode timed through `MLState`; elsewhere they are absent with the
 reason.
+
+The emulated generation, and off macOS the placements and estimates, are derived from the export alone and
+cached beside it (`derived_figures`): the compute-unit variants of one export emulate once, a warm rerun not
+at all.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlbench.backends.base import Exported, Measurement
+from mlbench.backends.cached_figures import DerivedFigures
 from mlbench.generate.metrics import DECODE, PREFILL, generative_metrics, verification_metrics
 from mlbench.records import Metric
 
@@ -103,38 +108,35 @@ def measure_generative(backend: Any, model: LoadedModel, exported: Exported, var
                        not_macos: str) -> Measurement:
     """The variant's figures (module docstring); the backend lends its placement, static metrics and the reason
     Core ML does not run here."""
-    from mlbench.backends.base import placement_metrics
-    from mlbench.backends.coreml.generate.run import STATE_PRECISION_NOTE, emulated_generation
+    from mlbench.backends.coreml import derived_figures as derived
+    from mlbench.backends.coreml.generate.run import STATE_PRECISION_NOTE
 
     generation: CoremlGeneration = exported.payload
     generate = model.spec.generate
     assert generate is not None and variant.prompt is not None
-    compute_units = variant.axis("compute_units")
     kv_bytes = kv_cache_bytes(generation.state_shapes, generation.state_dtype)
     metrics = static_metrics(generation.analyses["decode"])
     metrics["size.package"] = Metric.measured(_folder_bytes(generation.folder), "bytes")
-    placements = {}
-    for name, analysis in generation.analyses.items():
-        from mlbench.backends.coreml.artifact import CoremlArtifact
 
-        placements[name] = placement_for(CoremlArtifact(Path(analysis.path), analysis), compute_units)
-    metrics.update(placement_metrics(placements["decode"]))
+    def placed() -> DerivedFigures:
+        return _placed_and_estimated(backend, generation, variant, generate.new_tokens, placement_for)
+
+    if sys.platform != "darwin":  # estimated by the rules alone: once per export, compute units and prompt
+        settings = {"new_tokens": generate.new_tokens, "estimate_on": list(backend.target.estimate_on),
+                    "chip_profiles": {k: v.model_dump(mode="json") for k, v in backend.target.chip_profiles.items()}}
+        figures = derived.generation_estimates(backend.cache, exported, variant, settings, placed)
+    else:  # pragma: no cover - macOS: the placements come from this machine's compute plans
+        figures = placed()
+    assert figures.placement is not None
+    metrics.update(figures.metrics)
     details: dict[str, Any] = {
         "layout": generation.layout if not generation.layout_reason else f"{generation.layout}: {generation.layout_reason}",
-        "placement_prefill": placements["prefill"].model_dump(mode="json"),
+        **figures.details,
         "kv_cache": f"declared state shapes {generation.state_shapes} in {generation.state_dtype}"}
     if variant.axis("precision") == "float32":
         details["verify_tolerance"] = STATE_PRECISION_NOTE
-    if backend.target.estimate_on:
-        from mlbench.backends.apple.generate_estimate import generation_estimates
-
-        functions = {name: (generation.analyses[name], placements[name]) for name in ("prefill", "decode")}
-        estimates, parts = generation_estimates(functions, list(backend.target.estimate_on), prompt=variant.prompt,
-                                                new_tokens=generate.new_tokens, head_dim=generation.head_dim,
-                                                own_profiles=dict(backend.target.chip_profiles))
-        metrics.update(estimates)
-        details["latency_estimate"] = parts
-    emulated, why_not = emulated_generation(generation.folder, model, variant, backend.config)
+    # once per export, prompt length and eager's generation: compute units never change what is computed
+    emulated, why_not = derived.emulated_generation(backend.cache, backend.config, exported, model, variant)
     if sys.platform != "darwin":
         reason = not_macos
         metrics.update(generative_metrics(kv_cache_bytes=kv_bytes, absent={PREFILL: reason, DECODE: reason}))
@@ -143,16 +145,41 @@ def measure_generative(backend: Any, model: LoadedModel, exported: Exported, var
         else:
             metrics.update(generative_metrics(absent={"verify.token_agreement": f"{why_not}",
                                                       "verify.logits_max_rel": f"{why_not}"}))
-        return Measurement(metrics=metrics, placement=placements["decode"], verify=emulated, details=details)
+        return Measurement(metrics=metrics, placement=figures.placement, verify=emulated, details=details)
     from mlbench.backends.coreml.generate.run import measure_generation  # pragma: no cover - macOS only
 
     result = measure_generation(generation.folder, model, variant, backend.config, kv_bytes)  # pragma: no cover
     result.metrics = {**metrics, **result.metrics}  # pragma: no cover
     if emulated is not None:  # pragma: no cover - beside the measured verification, as for other variants
         result.details["verify_emulated"] = emulated.model_dump(mode="json")
-    result.placement = placements["decode"]  # pragma: no cover
+    result.placement = figures.placement  # pragma: no cover
     result.details.update(details)  # pragma: no cover
     return result  # pragma: no cover
+
+
+def _placed_and_estimated(backend: Any, generation: CoremlGeneration, variant: Variant, new_tokens: int,
+                          placement_for: Callable[..., Any]) -> DerivedFigures:
+    """Each function placed at the variant's compute units (decode's is the variant's placement; prefill's in
+    details) and, for the target's chips, prefill and decode estimated at the variant's prompt length."""
+    from mlbench.backends.base import placement_metrics
+    from mlbench.backends.coreml.artifact import CoremlArtifact
+
+    assert variant.prompt is not None
+    compute_units = variant.axis("compute_units")
+    placements = {name: placement_for(CoremlArtifact(Path(analysis.path), analysis), compute_units)
+                  for name, analysis in generation.analyses.items()}
+    metrics = placement_metrics(placements["decode"])
+    details: dict[str, Any] = {"placement_prefill": placements["prefill"].model_dump(mode="json")}
+    if backend.target.estimate_on:
+        from mlbench.backends.apple.generate_estimate import generation_estimates
+
+        functions = {name: (generation.analyses[name], placements[name]) for name in ("prefill", "decode")}
+        estimates, parts = generation_estimates(functions, list(backend.target.estimate_on), prompt=variant.prompt,
+                                                new_tokens=new_tokens, head_dim=generation.head_dim,
+                                                own_profiles=dict(backend.target.chip_profiles))
+        metrics.update(estimates)
+        details["latency_estimate"] = parts
+    return DerivedFigures(metrics=metrics, placement=placements["decode"], details=details)
 
 
 def _folder_bytes(folder: Path) -> int:

@@ -80,8 +80,10 @@ def function_packages(folder: Path) -> dict[str, tuple[Path, str]]:
 
 
 def export_generation(lm: torch.nn.Module, *, context: int, precision: str, optimization: dict | None,
-                      dest: Path, multifunction: bool = True) -> ExportedGeneration:
+                      dest: Path, multifunction: bool = True, attention: str = "eager") -> ExportedGeneration:
     """Export the causal LM `lm` (a transformers ...ForCausalLM) with a `context`-position cache into `dest`.
+    `attention`: "eager" (matmul, softmax, matmul: what a sweep exports) or "sdpa" (one fused
+    scaled_dot_product_attention op; `benchmarks/calibration_generation.py` compares the two).
 
     Raises ExportError (one line) when the trace or a conversion fails."""
     import numpy as np
@@ -94,7 +96,7 @@ def export_generation(lm: torch.nn.Module, *, context: int, precision: str, opti
     started = time.perf_counter()
     sink: list[str] = []
     # coremltools 9: "State only support fp16 dtype" — a float32 program too keeps its cache in float16
-    wrapper = KVCacheLM(lm, context, cache_dtype=torch.float16).eval()
+    wrapper = KVCacheLM(lm, context, cache_dtype=torch.float16, attention=attention).eval()
     example = min(4, context)
     try:
         with coremltools_captured(sink), torch.no_grad():

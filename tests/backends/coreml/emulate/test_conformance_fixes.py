@@ -163,3 +163,17 @@ def test_a_reverse_recurrence_returns_its_outputs_in_the_order_computed():
                                 direction="reverse", output_sequence=True)
     z = 0.5  # all pre-activations 0: r = z = 0.5, o = 0, h_t = 0.5 * h_{t-1}
     np.testing.assert_allclose(seq.flatten().numpy(), [0.1 * z, 0.1 * z * z], rtol=1e-6)
+
+
+def test_ios17_linear_and_matmul_take_an_int32_weight_with_a_float_input():
+    """iOS17 lets linear's weight and bias, and matmul's y, be int32 beside a float x (and the reverse): the
+    product is computed in the wider type (coremltools' iOS17 test_linear.py mixed-precision tests crashed)."""
+    x = torch.tensor([[1.5, -2.0]])
+    weight = torch.tensor([[3, 1], [0, -2], [4, 5]], dtype=torch.int32)
+    bias = torch.tensor([1, 2, 3], dtype=torch.int32)
+    expected = np.array([[1.5 * 3 - 2.0 + 1, 4.0 + 2, 1.5 * 4 - 10.0 + 3]])  # x @ weight.T + bias, by hand
+    np.testing.assert_allclose(KERNELS["linear"].fn(x=x, weight=weight, bias=bias).numpy(), expected)
+    y = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)
+    np.testing.assert_allclose(KERNELS["matmul"].fn(x=x, y=y).numpy(), [[1.5 * 2 - 2.0, -6.0]])
+    ints = torch.tensor([[1, 2]], dtype=torch.int32)
+    np.testing.assert_allclose(KERNELS["matmul"].fn(x=ints, y=torch.tensor([[0.5], [0.25]])).numpy(), [[1.0]])
