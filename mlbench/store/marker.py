@@ -94,6 +94,8 @@ def claim(root: Path, *, create: bool) -> bool:
         raise UserError(f"cannot read the cache folder: {exc.strerror}", file=root) from None
     names = [n for n in names if not n.startswith(f".{TAG_NAME}.")]  # another run tagging it right now
     if names and not _looks_like_an_old_cache(root, names):
+        if has_tag(root):  # another run tagged it (and began using it) between the first look and the listing
+            return True
         raise not_a_cache(root)
     if not names and not create:
         return False

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from mlbench.cli.main import main
+from mlbench.errors import UserError
 from mlbench.store.cache import ArtifactCache, format_size
 from tests.conftest import ROOT
 from tests.store.test_cache import INPUTS, FileBuilder, build_package, key_for
@@ -98,6 +99,26 @@ def test_a_cache_made_before_the_tag_is_recognised_by_its_layout_and_tagged(tmp_
     (cache.root / "CACHEDIR.TAG").unlink()
     assert ArtifactCache(cache.root).clear() == 1 and not entry.path.exists()
     assert (cache.root / "CACHEDIR.TAG").is_file()
+
+
+def test_a_run_that_finds_the_cache_tagged_between_its_two_looks_uses_it(tmp_path, monkeypatch):
+    """Two processes starting on one new cache: the first tags it and makes `locks/` while the second, having
+    found no tag, lists the folder. The second must take the tag it now sees, not call the cache foreign (it
+    then went on without the entry lock and computed the entry a second time, a failure seen in CI)."""
+    from mlbench.store import marker
+
+    root = tmp_path / "cache"
+    root.mkdir()
+    (root / "locks").mkdir()
+    (root / "CACHEDIR.TAG").write_text(marker.TAG_TEXT)
+    looks = iter([False])  # the first look, before the other run's tag; the tag is there from then on
+    real = marker.has_tag
+    monkeypatch.setattr(marker, "has_tag", lambda folder: next(looks, real(folder)))
+    assert marker.claim(root, create=True) is True
+    monkeypatch.setattr(marker, "has_tag", lambda folder: False)  # no tag at either look: not ours
+    with pytest.raises(UserError) as raised:
+        marker.claim(root, create=True)
+    assert str(raised.value).startswith(f"{root}: not an mlbench cache (it has no CACHEDIR.TAG written by mlbench")
 
 
 # -- 3: verify sees every broken entry ---------------------------------------------------------------
