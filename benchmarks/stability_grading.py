@@ -19,7 +19,7 @@ over the trials. A figure within the tolerance of it and still marked (`?` noisy
 wrongly marked. Target: at most 1 of 20 trials with a wrongly marked figure. This half means something
 only on a machine nothing else is using: other processes' load is what the grades are there to see.
 
-Usage: python benchmarks/stability_grading.py [--trials 20] [--half busy|quiet|both] [--tolerance 0.10]
+Usage: python benchmarks/stability_grading.py [--trials 20] [--half busy|quiet|both] [--tolerance 0.10] [--save F]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,6 +106,10 @@ def busy_loop(per_core: int = 8) -> Iterator[None]:
             process.wait()
 
 
+SAVED: list[dict[str, object]] = []  # every figure of this process's trials, for --save
+HALF = ["quiet"]  # the half under way, for SAVED
+
+
 @dataclass(frozen=True)
 class Figure:
     model: str
@@ -114,6 +118,11 @@ class Figure:
     stalled: bool
     remeasured: bool
     why: str = ""  # the grade's reasons (cv, IQR/median, samples, load)
+    p90_ms: float | None = None
+    iqr_ratio: float | None = None
+    cv: float | None = None
+    other_share: float | None = None
+    samples: int | None = None
 
     @property
     def marked(self) -> bool:
@@ -135,7 +144,11 @@ def run_once(folder: Path) -> dict[str, Figure]:
         stability = median.get("stability") or {}
         figures[record["model"]] = Figure(record["model"], median["value"], stability.get("grade", "stable"),
                                           bool(record["details"].get("thread_check", {}).get("stalled")),
-                                          "remeasured" in record["details"], "; ".join(stability.get("reasons", [])))
+                                          "remeasured" in record["details"], "; ".join(stability.get("reasons", [])),
+                                          (record["metrics"].get("latency.p90") or {}).get("value"),
+                                          stability.get("iqr_ratio"), stability.get("cv"), stability.get("other_share"),
+                                          stability.get("samples"))
+        SAVED.append({"half": HALF[0], **asdict(figures[record["model"]])})
     return figures
 
 
@@ -155,7 +168,9 @@ def busy_half(folder: Path, trials: int, tolerance: float) -> tuple[int, int, in
     itself be disturbed by whatever else the machine runs)."""
     pairs: list[tuple[dict[str, Figure], dict[str, Figure]]] = []
     for trial in range(1, trials + 1):
+        HALF[0] = "busy-reference"
         reference = run_once(folder)
+        HALF[0] = "busy"
         with busy_loop():
             busy = run_once(folder)
         pairs.append((reference, busy))
@@ -182,6 +197,7 @@ def busy_half(folder: Path, trials: int, tolerance: float) -> tuple[int, int, in
 
 def quiet_half(folder: Path, trials: int, tolerance: float) -> tuple[int, int, int]:
     """(trials with a wrongly marked figure, figures marked, figures) with nothing else running."""
+    HALF[0] = "quiet"
     runs = [run_once(folder) for _ in range(trials)]
     references = {name: statistics.median(r[name].median_ms for r in runs) for name in runs[0]}
     wrongly_trials = marked = 0
@@ -199,7 +215,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--half", choices=("busy", "quiet", "both"), default="both")
     parser.add_argument("--tolerance", type=float, default=0.10, help="how far off its reference a figure is wrong")
+    parser.add_argument("--save", type=Path, help="write every figure (median, p90, IQR/median, CV, load, grade) "
+                        "to this JSON file, to judge other grading rules on the same figures")
     args = parser.parse_args(argv)
+    SAVED.clear()
     with tempfile.TemporaryDirectory(prefix="mlbench-grading-") as tmp:
         folder = Path(tmp)
         (folder / "conv_linear.py").write_text(MODEL, encoding="utf-8")
@@ -216,6 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                          f"figure within {args.tolerance:.0%} of the quiet median yet marked: {wrongly} of "
                          f"{args.trials} (target at most 1)")
     print("\n".join(lines))
+    if args.save:
+        args.save.write_text(json.dumps(SAVED, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -30,3 +30,25 @@ def test_a_noisy_figure_under_load_is_unreliable_and_says_why():
 def test_too_few_samples_are_noisy():
     result = grade([1.0, 1.0, 1.0])
     assert (result.grade, result.reasons) == ("noisy", ["only 3 samples (fewer than 10)"])
+
+
+def _steady_with_hiccups(long_calls: int) -> list[float]:
+    """200 calls within 1% of 1 ms, `long_calls` of them 10 ms instead: a machine's own hiccups."""
+    samples = [1.0 + 0.01 * ((i % 5) - 2) / 2 for i in range(200)]
+    return [10.0 if i % (200 // long_calls) == 0 else s for i, s in enumerate(samples)] if long_calls else samples
+
+
+def test_a_few_long_calls_on_a_quiet_machine_leave_a_figure_stable_but_mark_it_on_a_loaded_one():
+    samples = _steady_with_hiccups(4)  # CV 1.07; the median, IQR and p90 do not move
+    quiet = grade(samples, {"other_share": 0.01})
+    assert (quiet.grade, quiet.reasons) == ("stable", []) and quiet.cv is not None and quiet.cv > 1
+    loaded = grade(samples, {"other_share": 0.6})
+    assert (loaded.grade, loaded.reasons) == ("noisy", ["cv 1.07, IQR/median 0.01"])
+    assert grade(samples).grade == "noisy"  # the load unknown: the CV counts
+
+
+def test_a_tail_that_moves_the_p90_is_noisy_even_on_a_quiet_machine():
+    samples = [2.0 if i % 5 == 0 else 1.0 for i in range(100)]  # a fifth of the calls twice as long
+    result = grade(samples, {"other_share": 0.0})
+    assert result.grade == "noisy"
+    assert result.reasons == ["cv 0.34, IQR/median 0.00", "p90 2.00x the median"]
