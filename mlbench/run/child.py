@@ -184,14 +184,14 @@ def _forward_logs(conn: Any) -> None:
     logger.propagate = False
 
 
-def main(argv: list[str]) -> None:
+def run_child(parent: int, conn_fd: int, lifeline_fd: int, memory: int, warmups: list[str]) -> None:
+    """Everything a child does once it runs, spawned (`main`) or forked from a zygote (`zygote.py`, whose
+    imports make those below no-ops): tied to PARENT, its descriptors its own, its memory capped."""
     from mlbench.run.frames import Channel
 
-    parent, conn_fd, lifeline_fd, memory = (int(a) for a in argv[:4])
     die_with_parent(parent)
     for fd in (conn_fd, lifeline_fd):  # a process the model starts must not hold them
         os.set_inheritable(fd, False)
-    warmups = [p for p in argv[4].split(",") if p] if len(argv) > 4 else []
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True, name="lifeline").start()
     if memory > 0:
         limit_memory(memory)
@@ -209,6 +209,11 @@ def main(argv: list[str]) -> None:
         warm_task(warmups)  # what fails here, the export says why
     conn.send(("ready",))
     serve(conn)
+
+
+def main(argv: list[str]) -> None:
+    parent, conn_fd, lifeline_fd, memory = (int(a) for a in argv[:4])
+    run_child(parent, conn_fd, lifeline_fd, memory, [p for p in argv[4].split(",") if p] if len(argv) > 4 else [])
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process; tests drive it through the supervisor
