@@ -15,11 +15,13 @@ Every isolation guarantee of `children.py` and `child.py` holds for a forked chi
 Forking is safe only while the zygote has a single thread: nothing here starts one or runs a torch op,
 and the zygote checks before each fork (Python's threads, and no native thread beyond those its imports
 left: OpenBLAS's pool, which numpy starts at import, stops itself around a fork). A zygote whose
-warmups start threads says it is unfit and exits; one that cannot start, dies or answers garbage only
-sends the coordinator back to spawning (`children.Child`): never a failed variant.
+warmups start threads (onnxruntime's import does) says it is unfit, and spawns each child it is asked
+for (`python -m mlbench.run.child`, posix_spawn: fork-then-exec is safe with threads) as the coordinator
+would, at once, still its parent and reporter. One that cannot start, dies or answers garbage only sends
+the coordinator back to spawning (`children.Child`): never a failed variant.
 
 Control protocol (one JSON list per SOCK_SEQPACKET packet): → ["fork", memory] with the child's socket and
-lifeline read end as ancillary fds; ← ["ready"] or ["unfit", why] once, then ["forked", pid] or
+lifeline read end as ancillary fds; ← ["ready"] or ["unfit", why] (it spawns) once, then ["forked", pid] or
 ["failed", why] per request, in order, and ["exited", pid, returncode] as children end.
 """
 
@@ -78,7 +80,8 @@ class ForkedProcess:
         return self.resolve()
 
     def poll(self) -> int | None:
-        return self.returncode
+        """None while it runs, and for a child never forked: `Child.wait_ready` spawns that one instead."""
+        return None if self.failed is not None else self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         self.resolve()
@@ -166,9 +169,9 @@ class Zygote:
         kind = message[0]
         if kind == "ready":
             self.ready_at = time.perf_counter()
-        elif kind == "unfit":
-            self.usable = False
-            log.debug("fork server for warmups %s unfit, children are spawned: %s", self.warmups, message[1])
+        elif kind == "unfit":  # it spawns the children asked for
+            self.ready_at = time.perf_counter()
+            log.debug("fork server for warmups %s unfit, it spawns children: %s", self.warmups, message[1])
         elif kind == "forked":
             process = self._pending.popleft()
             process._pid = int(message[1])
@@ -283,14 +286,26 @@ def _reap(sock: socket.socket) -> None:
         _send(sock, "exited", pid, os.waitstatus_to_exitcode(status))
 
 
-def _fork(sock: socket.socket, own_fds: list[int], fds: list[int], memory: int, threads: int) -> None:
-    """One fork request: the child runs on `fds`, the zygote closes its copies and says the pid."""
+def _spawn(fds: list[int], memory: int, warmups: str) -> int:
+    """A child as the coordinator spawns one (its own session, SIGPIPE as subprocess restores it), on `fds`."""
+    for fd in fds:
+        os.set_inheritable(fd, True)
+    argv = [sys.executable, "-m", "mlbench.run.child", str(os.getpid()), str(fds[0]), str(fds[1]), str(memory),
+            warmups]
+    return os.posix_spawn(sys.executable, argv, os.environ, setsid=True,
+                          setsigdef=[signal.SIGPIPE, signal.SIGXFSZ])
+
+
+def _fork(sock: socket.socket, own_fds: list[int], fds: list[int], memory: int, threads: int,
+          warmups: str) -> None:
+    """One fork request: the child runs on `fds` (spawned where forking is unsafe: `threads` < 0 or more threads
+    than the zygote had when ready), the zygote closes its copies and says the pid."""
     try:
         if len(fds) != 2:
             _send(sock, "failed", f"{len(fds)} descriptors came with the request, not 2")
             return
-        if threading.active_count() != 1 or _native_threads() > threads:
-            _send(sock, "failed", f"{threading.active_count()} Python threads, {_native_threads()} in all")
+        if threads < 0 or threading.active_count() != 1 or _native_threads() > threads:
+            _send(sock, "forked", _spawn(fds, memory, warmups))
             return
         for stream in (sys.stdout, sys.stderr):
             stream.flush()
@@ -318,15 +333,12 @@ def main(argv: list[str]) -> None:
     except ImportError:
         pass
     threads = _native_threads()  # OpenBLAS's pool (numpy's import): stopped around a fork by its own handler
-    warmups = [p for p in argv[2].split(",") if p] if len(argv) > 2 else []
+    warmups = argv[2] if len(argv) > 2 else ""
     if warmups:
         from mlbench.run.tasks import warm_task
 
-        warm_task(warmups)  # what fails here, the export says why
-    if threading.active_count() != 1 or _native_threads() > threads:
-        _send(sock, "unfit", f"its imports left {threading.active_count()} Python threads and "
-                             f"{_native_threads()} in all, {threads} after torch's import")
-        os._exit(0)
+        warm_task([p for p in warmups.split(",") if p])  # what fails here, the export says why
+    unfit = threading.active_count() != 1 or _native_threads() > threads
     wake_read, wake_write = os.pipe()
     for fd in (wake_read, wake_write):
         os.set_blocking(fd, False)
@@ -337,7 +349,12 @@ def main(argv: list[str]) -> None:
     selector.register(sock, selectors.EVENT_READ)
     selector.register(wake_read, selectors.EVENT_READ)
     own_fds = [control, wake_read, wake_write, selector.fileno()]
-    _send(sock, "ready")
+    if unfit:
+        _send(sock, "unfit", f"its imports left {threading.active_count()} Python threads and "
+                             f"{_native_threads()} in all, {threads} after torch's import")
+        threads = -1
+    else:
+        _send(sock, "ready")
     while True:
         for key, _events in selector.select():
             if key.fileobj == wake_read:
@@ -361,7 +378,7 @@ def main(argv: list[str]) -> None:
                     os.close(fd)
                 _send(sock, "failed", "a request that is not one")
                 continue
-            _fork(sock, own_fds, fds, memory, threads)
+            _fork(sock, own_fds, fds, memory, threads, warmups)
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process by `Zygote`

@@ -198,3 +198,22 @@ def test_no_fork_server_spawns_every_child(monkeypatch):
         assert isinstance(child.process, subprocess.Popen) and not pool._zygotes
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_zygote_whose_warmups_start_threads_spawns_its_children(forked):
+    """onnxruntime's import starts a thread: forking after it is unsafe, so that zygote spawns (fork-then-exec)."""
+    pytest.importorskip("onnxruntime")
+    pool = ChildPool()
+    try:
+        pool.prestart(1, 0, ("onnxruntime",))
+        [child] = pool.children
+        child.wait_ready()
+        assert isinstance(child.process, ForkedProcess) and child.process in forked
+        cmdline = Path(f"/proc/{child.process.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"mlbench.run.child" in cmdline and cmdline[-2] == b"onnxruntime"  # its warmups, done by itself
+        assert os.getpgid(child.process.pid) == child.process.pid
+        pool.discard(child)
+        assert child.process.returncode == -signal.SIGKILL
+    finally:
+        pool.close()
