@@ -140,6 +140,7 @@ class Child:
             except ChildDied as died:
                 if died.garbled is not None or not isinstance(self.process, ForkedProcess):
                     raise
+                self.process.resolve()  # answered: the zygote closed its copy of the channel, or it died
                 self.kill()  # a forked child that never said ready: the zygote's doing, whatever it was
                 log.debug("a child forked by the fork server ended before it was ready (%s): spawning one",
                           self.process.failed or f"exit status {self.process.returncode}")

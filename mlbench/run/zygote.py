@@ -65,11 +65,13 @@ class ForkedProcess:
         self._zygote = zygote
         self._pid: int | None = None
         self.failed: str | None = None  # why it was never forked
+        self.cancelled = False  # killed before the zygote answered: killed as soon as it does
         self.returncode: int | None = None
         self.args = ["mlbench.run.zygote", "fork"]
 
     def resolve(self) -> int | None:
-        """Its pid once the zygote answered the request (None: never forked)."""
+        """Its pid once the zygote answered the request (None: never forked); for a caller that knows the answer
+        is due (the zygote closed its copy of the child's channel), else the zygote is given up after RESOLVE_S."""
         with self._zygote.cond:
             if not self._zygote.cond.wait_for(lambda: self._pid is not None or self.failed is not None, RESOLVE_S):
                 self._zygote.abandon(f"no answer to a fork request in {RESOLVE_S:g} s")
@@ -77,14 +79,14 @@ class ForkedProcess:
 
     @property
     def pid(self) -> int | None:
-        return self.resolve()
+        """None until the zygote answered (never waits: a kill must not wait for the zygote's imports)."""
+        return self._pid
 
     def poll(self) -> int | None:
         """None while it runs, and for a child never forked: `Child.wait_ready` spawns that one instead."""
         return None if self.failed is not None else self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        self.resolve()
         with self._zygote.cond:
             if not self._zygote.cond.wait_for(lambda: self.returncode is not None, timeout):
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
@@ -92,12 +94,18 @@ class ForkedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        pid = self.resolve()
-        if pid is not None and pid > 1 and self.returncode is None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        with self._zygote.cond:
+            if self.returncode is not None:
+                return
+            if self._pid is None:  # not forked yet: it will be killed on arrival, and is dead to the caller now
+                self.cancelled, self.returncode = True, -signal.SIGKILL
+                self._zygote.cond.notify_all()
+                return
+            pid = self._pid
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 class Zygote:
@@ -175,11 +183,17 @@ class Zygote:
         elif kind == "forked":
             process = self._pending.popleft()
             process._pid = int(message[1])
-            self._children[process._pid] = process
+            if process.cancelled:
+                try:
+                    os.kill(process._pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            else:
+                self._children[process._pid] = process
         elif kind == "failed":
             process = self._pending.popleft()
             process.failed = str(message[1])
-            process.returncode = -signal.SIGKILL
+            process.returncode = process.returncode or -signal.SIGKILL
             log.debug("fork server could not fork a child: %s", process.failed)
         elif kind == "exited":
             done = self._children.pop(int(message[1]), None)

@@ -217,3 +217,19 @@ def test_a_zygote_whose_warmups_start_threads_spawns_its_children(forked):
         assert child.process.returncode == -signal.SIGKILL
     finally:
         pool.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_child_killed_before_the_zygote_forked_it_is_killed_on_arrival(forked):
+    pool = ChildPool()
+    try:
+        early = pool.acquire(0)  # the zygote is still importing torch
+        began = time.monotonic()
+        pool.discard(early)
+        assert time.monotonic() - began < 2  # a kill never waits for the zygote's imports
+        later = pool.acquire(0)
+        later.wait_ready()  # the zygote answered both requests by now, in order
+        assert early.process.pid is not None and wait_gone(early.process.pid, 10)
+        assert later.process.poll() is None and isinstance(later.process, ForkedProcess)
+    finally:
+        pool.close()
