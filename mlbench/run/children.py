@@ -96,6 +96,7 @@ class Child:
     def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = (), zygote: Zygote | None = None) -> None:
         self.spawned = time.perf_counter()
         self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
+        self.server_wait_s = 0.0  # the part of it spent waiting for the fork server's start (counted as that)
         self.memory_bytes = memory_bytes
         self.warmups = warmups
         self._start(zygote)
@@ -150,7 +151,10 @@ class Child:
                 self.kill()
                 raise ChildDied("a first message that is not ready" if message is not TIMEOUT else None)
             self.ready = True
-            self.startup_s = time.perf_counter() - self.spawned
+            now = time.perf_counter()
+            self.startup_s = now - self.spawned
+            if isinstance(self.process, ForkedProcess) and (at := self.process.server_ready_at()) is not None:
+                self.server_wait_s = max(0.0, min(at, now) - self.spawned)
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.wait_ready()
@@ -247,8 +251,9 @@ class ChildPool:
         return [span for z in self._zygotes.values() if (span := z.start_span()) is not None]
 
     def startup_seconds(self) -> float:
-        """Seconds every child (and fork server) so far spent starting (summed: children started together overlap)."""
-        return (self._ended_startup_s + sum(c.startup_s for c in self.children)
+        """Seconds every child and fork server so far spent starting (summed: children started together overlap; a
+        forked child's wait for its fork server's start counts once, as the server's)."""
+        return (self._ended_startup_s + sum(c.startup_s - c.server_wait_s for c in self.children)
                 + sum(end - begin for begin, end in self._zygote_starts()))
 
     def startup_wall_seconds(self) -> float:
@@ -265,7 +270,7 @@ class ChildPool:
     def _forget(self, child: Child) -> None:
         with self._lock:
             if child in self.children:
-                self._ended_startup_s += child.startup_s
+                self._ended_startup_s += child.startup_s - child.server_wait_s
                 if child.startup_s:
                     self._ended_starts.append((child.spawned, child.spawned + child.startup_s))
                 self.children.remove(child)

@@ -77,6 +77,10 @@ class ForkedProcess:
                 self._zygote.abandon(f"no answer to a fork request in {RESOLVE_S:g} s")
         return self._pid
 
+    def server_ready_at(self) -> float | None:
+        """When its zygote was ready (perf_counter), if it was: a child asked for earlier waited for that."""
+        return self._zygote.ready_at
+
     @property
     def pid(self) -> int | None:
         """None until the zygote answered (never waits: a kill must not wait for the zygote's imports)."""

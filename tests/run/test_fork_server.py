@@ -82,6 +82,8 @@ def test_a_forked_child_answers_a_real_request_and_starts_far_faster_than_a_spaw
         assert os.getpgid(child.process.pid) == child.process.pid  # it leads a process group of its own
         begin, ready = zygote.start_span()
         assert pool.startup_wall_seconds() >= ready - begin  # the zygote's start counts as child start
+        assert first.server_wait_s > 0  # asked for at once, it waited for the zygote's imports: counted once
+        assert ready - begin <= pool.startup_seconds() < (ready - begin) + first.startup_s
         pool.discard(child)
         assert child.process.returncode == -signal.SIGKILL  # the zygote reported the status it reaped
     finally:
