@@ -235,3 +235,28 @@ def test_a_child_killed_before_the_zygote_forked_it_is_killed_on_arrival(forked)
         assert later.process.poll() is None and isinstance(later.process, ForkedProcess)
     finally:
         pool.close()
+
+
+GARBLER = """\
+import socket, sys, time
+socket.socket(fileno=int(sys.argv[2])).send(b"not json")
+time.sleep(120)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_zygote_answering_garbage_is_killed_and_its_child_spawned(forked):
+    from mlbench.run.children import _SPAWNER, _child_env
+
+    def garbler(argv, **kwargs):
+        return _SPAWNER.popen([sys.executable, "-c", GARBLER, *argv[3:]], **kwargs)
+
+    zygote = Zygote((), garbler, _child_env())
+    child = Child(0, (), zygote)
+    try:
+        child.wait_ready()  # the zygote was given up: this child was spawned
+        assert isinstance(child.process, subprocess.Popen) and child.process.poll() is None
+        assert not zygote.usable and zygote.process.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        child.close()
+        zygote.close()
