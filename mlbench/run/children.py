@@ -308,7 +308,7 @@ class ChildPool:
 
     def _zygote(self, warmups: tuple[str, ...]) -> Zygote | None:
         """The fork server for children doing `warmups`, started on first use; None where children are spawned
-        (not Linux, MLBENCH_NO_FORK_SERVER=1, or it is unfit, lost or could not start)."""
+        (not Linux, MLBENCH_NO_FORK_SERVER=1, or it was lost or could not start)."""
         if not fork_server_enabled():
             return None
         with self._lock:

@@ -27,6 +27,7 @@ lifeline read end as ancillary fds; ← ["ready"] or ["unfit", why] (it spawns) 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -106,10 +107,8 @@ class ForkedProcess:
                 self._zygote.cond.notify_all()
                 return
             pid = self._pid
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 class Zygote:
@@ -149,7 +148,7 @@ class Zygote:
             try:
                 socket.send_fds(self._sock, [json.dumps(["fork", memory_bytes]).encode()], [conn_fd, lifeline_fd])
             except OSError as exc:
-                self._lose(f"a fork request could not be sent: {exc}")
+                self.abandon(f"a fork request could not be sent: {exc}")
                 raise ZygoteUnavailable from None
             self._pending.append(process)
             return process
@@ -165,8 +164,7 @@ class Zygote:
             except OSError:
                 data = b""
             if not data:
-                with self.cond:
-                    self._lose("it ended")
+                self.abandon("it closed its socket")
                 return
             try:
                 message = json.loads(data)
@@ -188,10 +186,8 @@ class Zygote:
             process = self._pending.popleft()
             process._pid = int(message[1])
             if process.cancelled:
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(process._pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
             else:
                 self._children[process._pid] = process
         elif kind == "failed":
@@ -221,11 +217,10 @@ class Zygote:
         self.cond.notify_all()
 
     def abandon(self, why: str) -> None:
-        """Give up on a zygote that stopped answering or garbled its socket: kill it (its children die with it)."""
-        try:
-            os.kill(self.process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Give up on a zygote that stopped answering, closed or garbled its socket: kill it (its children die with
+        it)."""
+        with contextlib.suppress(OSError):
+            self.process.kill()  # Popen's: never a pid it has reaped already
         with self.cond:
             self._lose(why)
 
@@ -233,10 +228,8 @@ class Zygote:
         """End the zygote (its children die with it: close them first) and reap it."""
         with self.cond:
             self.usable = False
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -252,6 +245,15 @@ def _native_threads() -> int:
         return len(os.listdir("/proc/self/task"))
     except OSError:
         return 1
+
+
+def _cuda_initialised() -> bool:
+    """A CUDA context does not survive a fork (a warmup that made one leaves the zygote unfit)."""
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a torch without the call: no context made through it
+        return False
 
 
 def _send(sock: socket.socket, *message: Any) -> None:
@@ -270,10 +272,8 @@ def _become_child(zygote: int, own_fds: list[int], conn_fd: int, lifeline_fd: in
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in own_fds:
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         from mlbench.run.child import run_child
 
         run_child(zygote, conn_fd, lifeline_fd, memory, [])
@@ -286,10 +286,8 @@ def _become_child(zygote: int, own_fds: list[int], conn_fd: int, lifeline_fd: in
         traceback.print_exc()
     finally:
         for stream in (sys.stdout, sys.stderr):
-            try:
+            with contextlib.suppress(OSError, ValueError, AttributeError):
                 stream.flush()
-            except (OSError, ValueError, AttributeError):
-                pass
         os._exit(code)
 
 
@@ -356,7 +354,7 @@ def main(argv: list[str]) -> None:
         from mlbench.run.tasks import warm_task
 
         warm_task([p for p in warmups.split(",") if p])  # what fails here, the export says why
-    unfit = threading.active_count() != 1 or _native_threads() > threads
+    unfit = threading.active_count() != 1 or _native_threads() > threads or _cuda_initialised()
     wake_read, wake_write = os.pipe()
     for fd in (wake_read, wake_write):
         os.set_blocking(fd, False)
@@ -369,18 +367,17 @@ def main(argv: list[str]) -> None:
     own_fds = [control, wake_read, wake_write, selector.fileno()]
     if unfit:
         _send(sock, "unfit", f"its imports left {threading.active_count()} Python threads and "
-                             f"{_native_threads()} in all, {threads} after torch's import")
+                             f"{_native_threads()} in all, {threads} after torch's import"
+                             + (", and a CUDA context" if _cuda_initialised() else ""))
         threads = -1
     else:
         _send(sock, "ready")
     while True:
         for key, _events in selector.select():
             if key.fileobj == wake_read:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     while os.read(wake_read, 512):
                         pass
-                except BlockingIOError:
-                    pass
                 _reap(sock)
                 continue
             try:

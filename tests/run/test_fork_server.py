@@ -239,7 +239,8 @@ def test_a_child_killed_before_the_zygote_forked_it_is_killed_on_arrival(forked)
 
 GARBLER = """\
 import socket, sys, time
-socket.socket(fileno=int(sys.argv[2])).send(b"not json")
+control = socket.socket(fileno=int(sys.argv[2]))  # kept open: only its garbage gives it away
+control.send(b"not json")
 time.sleep(120)
 """
 
