@@ -35,6 +35,8 @@ process at end-of-file (which needs the GIL: a model spinning in C code holding 
 coordinator but for the kernel's signal). The supervisor starts it in a process group of its own, so
 a kill for a time limit takes whatever the model started too. The socket and the lifeline are not
 inherited by the processes a model starts.
+On Linux a child is usually forked from a zygote (`zygote.py`) that has done the imports below: it runs
+`run_child` as `main` does, PARENT being the zygote (which dies with the coordinator).
 WARMUPS (comma-separated `BackendSpec.warmups`: a converter's quiet import, or a package name) are
 done after torch's import and before ("ready",), so a child started while the coordinator orders
 the exports has paid for them by the time its first export arrives.
@@ -184,14 +186,14 @@ def _forward_logs(conn: Any) -> None:
     logger.propagate = False
 
 
-def main(argv: list[str]) -> None:
+def run_child(parent: int, conn_fd: int, lifeline_fd: int, memory: int, warmups: list[str]) -> None:
+    """Everything a child does once it runs, spawned (`main`) or forked from a zygote (`zygote.py`, whose
+    imports make those below no-ops): tied to PARENT, its descriptors its own, its memory capped."""
     from mlbench.run.frames import Channel
 
-    parent, conn_fd, lifeline_fd, memory = (int(a) for a in argv[:4])
     die_with_parent(parent)
     for fd in (conn_fd, lifeline_fd):  # a process the model starts must not hold them
         os.set_inheritable(fd, False)
-    warmups = [p for p in argv[4].split(",") if p] if len(argv) > 4 else []
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True, name="lifeline").start()
     if memory > 0:
         limit_memory(memory)
@@ -209,6 +211,11 @@ def main(argv: list[str]) -> None:
         warm_task(warmups)  # what fails here, the export says why
     conn.send(("ready",))
     serve(conn)
+
+
+def main(argv: list[str]) -> None:
+    parent, conn_fd, lifeline_fd, memory = (int(a) for a in argv[:4])
+    run_child(parent, conn_fd, lifeline_fd, memory, [p for p in argv[4].split(",") if p] if len(argv) > 4 else [])
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process; tests drive it through the supervisor

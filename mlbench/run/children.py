@@ -7,11 +7,14 @@ request) takes whatever its model started too. `supervisor.py` sends it requests
 
 Children are kept between requests (torch is imported once per child, the last model stays built),
 one pool per coordinator; a child's memory limit is fixed when it starts, so a request needing
-another limit gets another child.
+another limit gets another child. On Linux a child is forked from a zygote that has done those imports
+(`zygote.py`, one per warmups); spawning is the fallback whenever the zygote cannot serve, and the only
+way with MLBENCH_NO_FORK_SERVER=1.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import signal
@@ -25,6 +28,9 @@ from typing import Any
 
 from mlbench.errors import exit_cause
 from mlbench.run.frames import TIMEOUT, BadFrame, Channel, ChannelClosed
+from mlbench.run.zygote import ForkedProcess, Zygote, ZygoteUnavailable, fork_server_enabled
+
+log = logging.getLogger("mlbench.run")
 
 STARTUP_S = 600.0
 """How long a child may take to import what it needs before its first request."""
@@ -87,19 +93,36 @@ def _child_env() -> dict[str, str]:
 class Child:
     """One child process and the two ends the coordinator holds: the request pipe and the lifeline."""
 
-    def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = ()) -> None:
+    def __init__(self, memory_bytes: int = 0, warmups: tuple[str, ...] = (), zygote: Zygote | None = None) -> None:
         self.spawned = time.perf_counter()
         self.startup_s = 0.0  # from spawn to ("ready",): the interpreter and its imports
+        self.server_wait_s = 0.0  # the part of it spent waiting for the fork server's start (counted as that)
+        self.memory_bytes = memory_bytes
+        self.warmups = warmups
+        self._start(zygote)
+        self.busy = False
+        self.ready = False
+        self.model: str | None = None  # the model it last worked on (it keeps it built: `tasks.WorkContext`)
+
+    def _start(self, zygote: Zygote | None) -> None:
+        """Fork it from `zygote` (answered later: its imports may still be running), else spawn it."""
         parent_end, child_end = socket.socketpair()
         lifeline_read, self._lifeline = os.pipe()  # the child exits when this write end closes
         try:
-            self.process = _SPAWNER.popen(
-                [sys.executable, "-m", "mlbench.run.child", str(os.getpid()), str(child_end.fileno()),
-                 str(lifeline_read), str(memory_bytes), ",".join(warmups)],
-                pass_fds=(child_end.fileno(), lifeline_read), stdin=subprocess.DEVNULL,
-                stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
-                env=_child_env(), start_new_session=True,  # its own process group: a kill takes its children
-            )
+            process: subprocess.Popen[bytes] | ForkedProcess | None = None
+            if zygote is not None:
+                try:
+                    process = zygote.fork(child_end.fileno(), lifeline_read, self.memory_bytes)
+                except ZygoteUnavailable:
+                    pass
+            if process is None:
+                process = _SPAWNER.popen(
+                    [sys.executable, "-m", "mlbench.run.child", str(os.getpid()), str(child_end.fileno()),
+                     str(lifeline_read), str(self.memory_bytes), ",".join(self.warmups)],
+                    pass_fds=(child_end.fileno(), lifeline_read), stdin=subprocess.DEVNULL,
+                    stdout=2,  # a model's prints go to stderr, never into a report piped from stdout
+                    env=_child_env(), start_new_session=True,  # its own process group: a kill takes its children
+                )
         except BaseException:  # any failure, Ctrl-C included: the pipe ends close, and it re-raises
             parent_end.close()
             os.close(self._lifeline)
@@ -107,21 +130,31 @@ class Child:
         finally:
             child_end.close()
             os.close(lifeline_read)
+        self.process: subprocess.Popen[bytes] | ForkedProcess = process
         self.conn = Channel(parent_end.detach())
-        self.memory_bytes = memory_bytes
-        self.busy = False
-        self.ready = False
-        self.model: str | None = None  # the model it last worked on (it keeps it built: `tasks.WorkContext`)
 
     def wait_ready(self) -> None:
         """Wait for the child's imports (outside any time limit); ChildDied if it never gets there."""
         if not self.ready:
-            message = self.receive(time.monotonic() + STARTUP_S)
+            try:
+                message = self.receive(time.monotonic() + STARTUP_S)
+            except ChildDied as died:
+                if died.garbled is not None or not isinstance(self.process, ForkedProcess):
+                    raise
+                self.process.resolve()  # answered: the zygote closed its copy of the channel, or it died
+                self.kill()  # a forked child that never said ready: the zygote's doing, whatever it was
+                log.debug("a child forked by the fork server ended before it was ready (%s): spawning one",
+                          self.process.failed or f"exit status {self.process.returncode}")
+                self._start(None)
+                message = self.receive(time.monotonic() + STARTUP_S)
             if message is TIMEOUT or message[0] != "ready":
                 self.kill()
                 raise ChildDied("a first message that is not ready" if message is not TIMEOUT else None)
             self.ready = True
-            self.startup_s = time.perf_counter() - self.spawned
+            now = time.perf_counter()
+            self.startup_s = now - self.spawned
+            if isinstance(self.process, ForkedProcess) and (at := self.process.server_ready_at()) is not None:
+                self.server_wait_s = max(0.0, min(at, now) - self.spawned)
 
     def send(self, message: tuple[Any, ...]) -> None:
         self.wait_ready()
@@ -159,10 +192,12 @@ class Child:
 
     def kill(self) -> None:
         """Kill the child and its process group (what its model started), and reap it."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)  # the group outlives its leader while a member lives
-        except (ProcessLookupError, PermissionError):
-            pass
+        pid = self.process.pid  # a forked child's: None when it was never forked
+        if pid is not None and pid > 1:  # never 0 or 1: killpg would reach this process's group, or all
+            try:
+                os.killpg(pid, signal.SIGKILL)  # the group outlives its leader while a member lives
+            except (ProcessLookupError, PermissionError):
+                pass
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
@@ -185,16 +220,19 @@ class Child:
             self._lifeline = -1
 
 
-def _close_all(children: list[Child]) -> None:
+def _close_all(children: list[Child], zygotes: list[Zygote] | None = None) -> None:
     for child in children:
         child.close()
+    for zygote in zygotes or []:  # after the children: those it forked die with it
+        zygote.close()
 
 
-def _close_in_background(children: list[Child]) -> None:
+def _close_in_background(children: list[Child], zygotes: list[Zygote] | None = None) -> None:
     """An interpreter holding torch and a converter takes a second or two to exit: let it, off the
     run's critical path (the lifeline still ends a child whose coordinator exits first)."""
-    if children:
-        threading.Thread(target=_close_all, args=(children,), name="mlbench-children-exit", daemon=True).start()
+    if children or zygotes:
+        threading.Thread(target=_close_all, args=(children, zygotes), name="mlbench-children-exit",
+                         daemon=True).start()
 
 
 class ChildPool:
@@ -205,17 +243,23 @@ class ChildPool:
         self._ended_startup_s = 0.0
         self._ended_starts: list[tuple[float, float]] = []  # (spawned, ready) of the children forgotten
         self._lock = threading.RLock()  # the parallel phase's threads take and return children at once
+        self._zygotes: dict[tuple[str, ...], Zygote] = {}  # warmups → the fork server of their children
         self.load_failures: dict[str, str] = {}
         """model name → why it could not be loaded, said once (the supervisor fails its other artifacts at once)"""
 
+    def _zygote_starts(self) -> list[tuple[float, float]]:
+        return [span for z in self._zygotes.values() if (span := z.start_span()) is not None]
+
     def startup_seconds(self) -> float:
-        """Seconds every child so far spent starting (summed: children started together overlap)."""
-        return self._ended_startup_s + sum(c.startup_s for c in self.children)
+        """Seconds every child and fork server so far spent starting (summed: children started together overlap; a
+        forked child's wait for its fork server's start counts once, as the server's)."""
+        return (self._ended_startup_s + sum(c.startup_s - c.server_wait_s for c in self.children)
+                + sum(end - begin for begin, end in self._zygote_starts()))
 
     def startup_wall_seconds(self) -> float:
-        """Wall seconds during which at least one child was starting (children started together count once)."""
-        spans = sorted([*self._ended_starts, *((c.spawned, c.spawned + c.startup_s) for c in self.children
-                                               if c.startup_s)])
+        """Wall seconds during which at least one child or fork server was starting (at once: counted once)."""
+        spans = sorted([*self._ended_starts, *self._zygote_starts(),
+                        *((c.spawned, c.spawned + c.startup_s) for c in self.children if c.startup_s)])
         total, reach = 0.0, float("-inf")
         for begin, end in spans:
             if end > reach:
@@ -226,7 +270,7 @@ class ChildPool:
     def _forget(self, child: Child) -> None:
         with self._lock:
             if child in self.children:
-                self._ended_startup_s += child.startup_s
+                self._ended_startup_s += child.startup_s - child.server_wait_s
                 if child.startup_s:
                     self._ended_starts.append((child.spawned, child.spawned + child.startup_s))
                 self.children.remove(child)
@@ -260,11 +304,37 @@ class ChildPool:
             idle = [c for c in self.children if not c.busy and c.memory_bytes == memory_bytes]
             for _ in range(count - len(idle)):
                 self._start(memory_bytes, warmups)
+            self._zygote(())  # the measuring child's and the memory rounds': its imports overlap too
+
+    def _zygote(self, warmups: tuple[str, ...]) -> Zygote | None:
+        """The fork server for children doing `warmups`, started on first use; None where children are spawned
+        (not Linux, MLBENCH_NO_FORK_SERVER=1, or it was lost or could not start)."""
+        if not fork_server_enabled():
+            return None
+        with self._lock:
+            if warmups not in self._zygotes:
+                try:
+                    self._zygotes[warmups] = Zygote(warmups, _SPAWNER.popen, _child_env())
+                except OSError as exc:
+                    log.debug("the fork server could not start (%s): children are spawned", exc)
+                    return None
+            zygote = self._zygotes[warmups]
+            return zygote if zygote.usable else None
 
     def _start(self, memory_bytes: int, warmups: tuple[str, ...] = ()) -> Child:
-        child = Child(memory_bytes, warmups)
+        child = Child(memory_bytes, warmups, self._zygote(warmups))
         self.children.append(child)
         return child
+
+    def _take_zygotes(self) -> list[Zygote]:
+        """Forget the fork servers (their start stays counted) for the caller to close."""
+        with self._lock:
+            zygotes = list(self._zygotes.values())
+            for begin, end in self._zygote_starts():
+                self._ended_startup_s += end - begin
+                self._ended_starts.append((begin, end))
+            self._zygotes.clear()
+        return zygotes
 
     def release(self, child: Child) -> None:
         child.busy = False
@@ -291,9 +361,10 @@ class ChildPool:
             self._forget(child)
             if child.busy:
                 child.kill()
-        _close_in_background([c for c in children if not c.busy])
+        _close_in_background([c for c in children if not c.busy], self._take_zygotes())
 
     def close(self) -> None:
         for child in list(self.children):
             child.close()
             self._forget(child)
+        _close_all([], self._take_zygotes())
