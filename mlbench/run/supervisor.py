@@ -192,7 +192,7 @@ def _measure_group(pool: ChildPool, spec: WorkSpec, group: list[Any], limits: Ch
             yield Finished(failed_record(variant, "failed", known))
         return
     while remaining:
-        child = pool.acquire(limits.memory_bytes, group[0].model)
+        child = pool.acquire(limits.memory_bytes, group[0].model, timing=True)
         current: Any = None
         doing, limit_name, lost = "while starting", "export_s", True
         started, t0 = utc_now(), time.perf_counter()

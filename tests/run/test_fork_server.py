@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from mlbench.run import children as children_module
 from mlbench.run import zygote as zygote_module
 from mlbench.run.children import Child, ChildPool
 from mlbench.run.runner import Runner, run
@@ -33,6 +34,7 @@ pytestmark = [pytest.mark.torch,
 def forked(monkeypatch) -> list[ForkedProcess]:
     """The children the fork servers of this test forked (a spy on `Zygote.fork`), fork server on."""
     monkeypatch.delenv(zygote_module.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(children_module, "TIME_IN_FORKED_CHILDREN", True)  # measurements too: isolation tested
     seen: list[ForkedProcess] = []
     fork = Zygote.fork
 
@@ -144,6 +146,7 @@ time.sleep(600)
 @pytest.mark.timeout(120)
 def test_a_killed_coordinator_leaves_no_zygote_and_no_forked_child(monkeypatch):
     monkeypatch.delenv(zygote_module.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(children_module, "TIME_IN_FORKED_CHILDREN", True)  # measurements too: isolation tested
     coordinator = subprocess.Popen([sys.executable, "-c", COORDINATOR], env={**ENV, "PYTHONPATH": str(ROOT)},
                                    stdout=subprocess.PIPE, text=True)
     child = zygote = None
@@ -261,3 +264,18 @@ def test_a_zygote_answering_garbage_is_killed_and_its_child_spawned(forked):
     finally:
         child.close()
         zygote.close()
+
+
+@pytest.mark.timeout(300)
+def test_a_child_that_times_calls_is_spawned_while_a_memory_round_is_forked(forked, monkeypatch):
+    monkeypatch.setattr(children_module, "TIME_IN_FORKED_CHILDREN", False)  # as mlbench runs (see its docstring)
+    pool = ChildPool()
+    try:
+        timing = pool.acquire(0, "m", timing=True)
+        memory_round = pool.fresh(0)
+        assert isinstance(timing.process, subprocess.Popen) and not isinstance(timing.process, ForkedProcess)
+        assert isinstance(memory_round.process, ForkedProcess) and memory_round.process in forked
+        pool.release(memory_round)
+        assert pool.acquire(0, "m", timing=True) is not memory_round  # an idle forked child is not taken to time
+    finally:
+        pool.close()
