@@ -28,6 +28,7 @@ import argparse
 import io
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> None:
                         "to this JSON file, to judge other grading rules on the same figures")
     args = parser.parse_args(argv)
     SAVED.clear()
+    # A `timeout` or a CI job's cancel sends SIGTERM: exit through the `finally` blocks, so the busy loop's
+    # spinners (in sessions of their own, out of reach of a group kill) are stopped with this script.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     with tempfile.TemporaryDirectory(prefix="mlbench-grading-") as tmp:
         folder = Path(tmp)
         (folder / "conv_linear.py").write_text(MODEL, encoding="utf-8")
