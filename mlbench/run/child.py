@@ -35,7 +35,8 @@ process at end-of-file (which needs the GIL: a model spinning in C code holding 
 coordinator but for the kernel's signal). The supervisor starts it in a process group of its own, so
 a kill for a time limit takes whatever the model started too. The socket and the lifeline are not
 inherited by the processes a model starts.
-On Linux a child is usually forked from a zygote (`zygote.py`) that has done the imports below: it runs
+On Linux a child that times nothing (exports, model counts, memory rounds) is forked from a zygote
+(`zygote.py`) that has done the imports below: it runs
 `run_child` as `main` does, PARENT being the zygote (which dies with the coordinator).
 WARMUPS (comma-separated `BackendSpec.warmups`: a converter's quiet import, or a package name) are
 done after torch's import and before ("ready",), so a child started while the coordinator orders

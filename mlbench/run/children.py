@@ -7,8 +7,8 @@ request) takes whatever its model started too. `supervisor.py` sends it requests
 
 Children are kept between requests (torch is imported once per child, the last model stays built),
 one pool per coordinator; a child's memory limit is fixed when it starts, so a request needing
-another limit gets another child. On Linux a child is forked from a zygote that has done those imports
-(`zygote.py`, one per warmups); spawning is the fallback whenever the zygote cannot serve, and the only
+another limit gets another child. On Linux a child that times nothing is forked from a zygote that has done
+those imports (`zygote.py`, one per warmups; `TIME_IN_FORKED_CHILDREN`); spawning is the fallback whenever the zygote cannot serve, and the only
 way with MLBENCH_NO_FORK_SERVER=1.
 """
 
