@@ -149,7 +149,7 @@ def run_once(folder: Path) -> dict[str, Figure]:
                                           (record["metrics"].get("latency.p90") or {}).get("value"),
                                           stability.get("iqr_ratio"), stability.get("cv"), stability.get("other_share"),
                                           stability.get("samples"))
-        SAVED.append({"half": HALF[0], **asdict(figures[record["model"]])})
+        SAVED.append({"half": HALF[0], **asdict(figures[record["model"]]), "samples_ms": (record.get("latency") or {}).get("samples")})
     return figures
 
 
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--half", choices=("busy", "quiet", "both"), default="both")
     parser.add_argument("--tolerance", type=float, default=0.10, help="how far off its reference a figure is wrong")
-    parser.add_argument("--save", type=Path, help="write every figure (median, p90, IQR/median, CV, load, grade) "
+    parser.add_argument("--save", type=Path, help="write every figure (median, p90, IQR/median, CV, load, grade, samples) "
                         "to this JSON file, to judge other grading rules on the same figures")
     args = parser.parse_args(argv)
     SAVED.clear()

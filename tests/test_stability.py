@@ -24,7 +24,8 @@ def test_a_noisy_figure_under_load_is_unreliable_and_says_why():
     assert grade(samples).grade == "noisy"
     busy = grade(samples, {"other_share": 0.99})
     assert busy.grade == "unreliable"
-    assert busy.note() == "unreliable: cv 0.07, IQR/median 0.09; other processes used 99% of the CPUs"
+    assert busy.note() == ("unreliable: cv 0.07, IQR/median 0.09, medians of 5 stretches 14% apart; "
+                           "other processes used 99% of the CPUs")
 
 
 def test_too_few_samples_are_noisy():
@@ -43,7 +44,7 @@ def test_a_few_long_calls_on_a_quiet_machine_leave_a_figure_stable_but_mark_it_o
     quiet = grade(samples, {"other_share": 0.01})
     assert (quiet.grade, quiet.reasons) == ("stable", []) and quiet.cv is not None and quiet.cv > 1
     loaded = grade(samples, {"other_share": 0.6})
-    assert (loaded.grade, loaded.reasons) == ("noisy", ["cv 1.07, IQR/median 0.01"])
+    assert (loaded.grade, loaded.reasons) == ("noisy", ["cv 1.07, IQR/median 0.01, medians of 5 stretches 0% apart"])
     assert grade(samples).grade == "noisy"  # the load unknown: the CV counts
 
 
@@ -51,4 +52,25 @@ def test_a_tail_that_moves_the_p90_is_noisy_even_on_a_quiet_machine():
     samples = [2.0 if i % 5 == 0 else 1.0 for i in range(100)]  # a fifth of the calls twice as long
     result = grade(samples, {"other_share": 0.0})
     assert result.grade == "noisy"
-    assert result.reasons == ["cv 0.34, IQR/median 0.00", "p90 2.00x the median"]
+    assert result.reasons == ["cv 0.34, IQR/median 0.00, medians of 5 stretches 0% apart", "p90 2.00x the median"]
+
+
+def _spread(center: float, count: int, seed: int, width: float = 0.15) -> list[float]:
+    """`count` calls spread evenly by +-`width` around `center` (IQR/median about `width`), in random order."""
+    rng = random.Random(seed)
+    return [center * (1 - width + 2 * width * rng.random()) for _ in range(count)]
+
+
+def test_calls_that_spread_while_their_median_holds_still_are_stable_on_a_quiet_machine():
+    """The spread of single calls is not the figure's: a median of 2,000 calls spread by IQR/median 0.14 holds."""
+    result = grade(_spread(0.1, 2000, 1), {"other_share": 0.0})
+    assert result.iqr_ratio is not None and 0.10 < result.iqr_ratio < 0.20
+    assert (result.grade, result.reasons) == ("stable", []) and result.drift is not None and result.drift < 0.05
+
+
+def test_a_median_that_moves_while_it_is_taken_is_noisy_and_says_how_far():
+    """The last two fifths of the calls 15% slower (another job took a core): the stretches' medians part."""
+    samples = _spread(0.1, 1200, 2, 0.03) + _spread(0.115, 800, 3, 0.03)
+    result = grade(samples, {"other_share": 0.0})
+    assert result.grade == "noisy" and result.drift is not None and result.drift > 0.12
+    assert result.reasons[0].endswith(f"medians of 5 stretches {result.drift:.0%} apart")
