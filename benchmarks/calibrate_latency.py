@@ -92,24 +92,21 @@ def pooled(cases: list[Case]) -> dict[str, float]:
 def transfer_values(values: dict[str, float], free: list[str], group: str, groups: dict[str, str]) -> tuple[
         dict[str, float], str]:
     """`values` with what `group` (a chip without rows in this fit) takes from the calibrated chips, as an estimate
-    on a chip without rows does (profile.transferred): the fixed and Neural Engine dispatch costs of the nearest
-    generation whose rows decided them (profile.cost_scale: as they are within a generation, else scaled by the
-    generations' published peaks), and the Neural Engine efficiency of the nearest generation whose rows decided
-    it. `groups`: chip -> its group in the fit."""
+    on a chip without rows does (profile.transferred): the fixed cost and the Neural Engine's per-op cost, each from
+    the nearest generation whose rows decided that cost (profile.cost_scale: as it is within a generation, else
+    scaled by the generations' published peaks), and the Neural Engine efficiency of the nearest generation whose
+    rows decided it. `groups`: chip -> its group in the fit."""
     chips = builtin_chips()
     chip = group.split()[0]
     out, how = dict(values), []
-    fixed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"fixed_ms@{g}" in free), chips)
-    if fixed is not None:
-        scale = cost_scale(fixed, chip, chips)
-        for name in ("fixed_ms", "dispatch_ms.neural_engine"):
-            out[f"{name}@{group}"] = values.get(f"{name}@{groups[fixed]}", values[name]) * scale
-        how.append(f"costs from {fixed}")
-    speed = transfer_donor(chip, sorted(c for c, g in groups.items() if f"efficiency.neural_engine@{g}" in free),
-                           chips)
-    if speed is not None:
-        out[f"efficiency.neural_engine@{group}"] = values[f"efficiency.neural_engine@{groups[speed]}"]
-        how.append(f"efficiency from {speed}")
+    for name, words in (("fixed_ms", "fixed cost"), ("dispatch_ms.neural_engine", "per-op cost"),
+                        ("efficiency.neural_engine", "efficiency")):
+        donor = transfer_donor(chip, sorted(c for c, g in groups.items() if f"{name}@{g}" in free), chips)
+        if donor is None:
+            continue
+        scale = 1.0 if name.startswith("efficiency") else cost_scale(donor, chip, chips)
+        out[f"{name}@{group}"] = values[f"{name}@{groups[donor]}"] * scale
+        how.append(f"{words} from {donor}")
     return out, ", ".join(how) or "the shared parameters"
 
 

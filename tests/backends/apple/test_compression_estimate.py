@@ -4,7 +4,7 @@ calibration rows, and their leave-one-chip-out band (issue 36)."""
 from __future__ import annotations
 
 from mlbench.backends.apple.analysis import LayerInfo, ProgramAnalysis, Totals
-from mlbench.backends.apple.calibration.profile import chip_parameters, transfer_donor
+from mlbench.backends.apple.calibration.profile import chip_parameters, cost_scale, transfer_donor
 from mlbench.backends.apple.chips import builtin_chips, calibration
 from mlbench.backends.apple.compression_rules import apple_rule_table, load_compression_rules
 from mlbench.backends.apple.latency import estimate_latency, latency_metrics
@@ -90,8 +90,28 @@ def test_a_chip_without_rows_gets_the_leave_one_chip_out_band_and_names_it():
     assert band is not None
     assert (band.median_ratio, band.worst_ratio) == (fit.uncalibrated_median_ratio, fit.uncalibrated_worst_ratio)
     assert band.basis.startswith("uncalibrated chip (a19pro): ") and "leave-one-chip-out over " in band.basis
-    donor = transfer_donor("a19pro", sorted(fit.per_chip), builtin_chips())
-    assert donor in fit.per_chip and f"carry from {donor} " in band.basis
+    chips = builtin_chips()
+    fixed = transfer_donor("a19pro", sorted(c for c, f in fit.per_chip.items() if f.fixed_ms is not None), chips)
+    per_op = transfer_donor("a19pro", sorted(c for c, f in fit.per_chip.items() if f.dispatch_ms), chips)
+    assert f"the fixed cost per prediction from {fixed} (" in band.basis
+    assert f"the per-op cost from {per_op} (" in band.basis
+
+
+def test_a_cost_carries_only_from_a_chip_whose_rows_decided_it():
+    """A chip whose rows left its per-op cost at the prior has none of its own to give: the nearest chip that
+    decided one gives it (carrying M1 Pro's prior per-op cost made every A14 estimate ×1.5 in leave-one-chip-out)."""
+    fit = calibration()
+    assert fit is not None and fit.per_chip["a16"].dispatch_ms and fit.per_chip["a14"].dispatch_ms
+    chips = builtin_chips()
+    without = fit.model_copy(update={"per_chip": {**fit.per_chip, "a16": fit.per_chip["a16"].model_copy(
+        update={"dispatch_ms": {}})}})
+    params, band = chip_parameters(without, "a19pro")
+    assert band is not None and "the fixed cost per prediction from a16 (" in band.basis
+    assert "the per-op cost from a14 (scaled by the two generations' published peaks)" in band.basis
+    scale = cost_scale("a14", "a19pro", chips)
+    assert scale < 1  # a newer engine: the older chip's per-op cost shrinks by the generations' peaks
+    assert params.dispatch_ms["neural_engine"] == fit.per_chip["a14"].dispatch_ms["neural_engine"] * scale
+    assert params.fixed_ms == fit.per_chip["a16"].fixed_ms * cost_scale("a16", "a19pro", chips)
 
 
 def test_the_costs_carry_from_the_nearest_generation():

@@ -145,8 +145,9 @@ def test_a_run_estimates_every_core_ml_variant_and_never_calls_it_measured(core_
     assert not any(name.startswith("latency.estimated.") for r in result.records if r.backend == "torch"
                    for name in r.metrics)
     by_id = {r.variant_id: r.metrics["latency.estimated.m1"].value for r in coreml}
-    # a 32x32 CNN: the fixed cost per prediction dominates every variant, so no order is claimed between them
-    assert max(by_id.values()) / min(by_id.values()) < 1.10, by_id
+    # a 32x32 CNN: the fixed cost per prediction dominates every variant (the Neural Engine's per-op cost, from
+    # A14's rows, is a tenth of the CPU's prior), so they lie close and no order is claimed between them
+    assert max(by_id.values()) / min(by_id.values()) < 1.25, by_id
     markdown = (folder / "out" / "report.md").read_text()
     assert "_Estimated order_" in markdown and " on m1 (all): too close to call (≈" in markdown
     assert "| ≈ms a17pro |" in markdown and "≈ms m1" in markdown

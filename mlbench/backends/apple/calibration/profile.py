@@ -149,22 +149,35 @@ def chip_parameters(fit: Fit, chip_id: str, profiles: dict[str, LoadedProfile] |
     if donor is not None and fit.uncalibrated_median_ratio is not None and fit.uncalibrated_worst_ratio is not None:
         params = transferred(fit, chip_id, chips)
         over = ", ".join(fit.uncalibrated_chips) or ", ".join(sorted(fit.per_chip))
-        speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
-        same = chips[donor].neural_engine.generation == chips[chip_id].neural_engine.generation
-        how = ": the same engine" if same else ", scaled by the two generations' published peaks"
-        engine = (f"; its Neural Engine's efficiency from {speed}" if speed is not None and speed != donor else "")
+
+        def carried(what: str, words: str) -> str | None:
+            source = transfer_donor(chip_id, _deciding(fit, what), chips)
+            if source is None:
+                return None
+            if what == "efficiency":
+                return f"{words} from {source}"
+            same = chips[source].neural_engine.generation == chips[chip_id].neural_engine.generation
+            how = "the same engine" if same else "scaled by the two generations' published peaks"
+            return f"{words} from {source} ({how})"
+
+        parts = [p for p in (carried("fixed", "the fixed cost per prediction"), carried("dispatch", "the per-op cost"),
+                             carried("efficiency", "the Neural Engine's efficiency")) if p]
         return params, Band(
             median_ratio=fit.uncalibrated_median_ratio, worst_ratio=fit.uncalibrated_worst_ratio,
-            basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so its fixed and per-op costs carry "
-            f"from {donor} (nearest calibrated Neural Engine generation{how}){engine}; band: leave-one-chip-out over "
-            f"{over} (each chip's rows predicted by a fit without them); calibrated {fit.date}")
+            basis=f"{UNCALIBRATED} ({chip_id}): no calibration row on the chip, so each cost carries from the nearest "
+            f"calibrated Neural Engine generation whose rows decided it: {', '.join(parts)}; band: leave-one-chip-out "
+            f"over {over} (each chip's rows predicted by a fit without them); calibrated {fit.date}")
     return fit.parameters, _shipped_band(fit, None)
 
 
 def _deciding(fit: Fit, what: str) -> list[str]:
-    """The calibrated chips whose rows decided their fixed cost (`fixed`) or their Neural Engine's efficiency."""
+    """The calibrated chips whose rows decided their fixed cost (`fixed`), their Neural Engine's per-op cost
+    (`dispatch`) or its efficiency (`efficiency`). A cost carries only from these: a chip whose rows left a cost at
+    its prior has nothing of its own to give (carrying M1 Pro's prior per-op cost to A14 made its estimates ×1.5)."""
     if what == "fixed":
         return sorted(c for c, f in fit.per_chip.items() if f.fixed_ms is not None)
+    if what == "dispatch":
+        return sorted(c for c, f in fit.per_chip.items() if "neural_engine" in f.dispatch_ms)
     return sorted(c for c, f in fit.per_chip.items() if "neural_engine" in f.efficiency)
 
 
@@ -207,19 +220,21 @@ def cost_scale(donor: str, chip_id: str, chips: dict[str, ChipProfile]) -> float
 
 
 def transferred(fit: Fit, chip_id: str, chips: dict[str, ChipProfile]) -> Parameters:
-    """What `chip_id` takes from calibrated chips where its own rows decide nothing (or it has none): the fixed
-    and per-op Neural Engine costs of the nearest calibrated generation whose rows decided them (as they are within
-    one generation, else scaled by the generations' published peaks: cost_scale), and the Neural Engine efficiency
-    of the nearest generation whose rows decided that. Its own fitted values stay."""
+    """What `chip_id` takes from calibrated chips where its own rows decide nothing (or it has none): the fixed cost
+    per prediction and the Neural Engine's per-op cost, each from the nearest calibrated generation whose rows
+    decided that cost (as it is within one generation, else scaled by the generations' published peaks:
+    cost_scale), and the Neural Engine efficiency of the nearest generation whose rows decided that. Its own
+    fitted values stay."""
     shared = fit.calibrated or fit.parameters
     params = shared
     donor = transfer_donor(chip_id, _deciding(fit, "fixed"), chips)
     if donor is not None:
-        costs = _own(fit, donor)
-        scale = cost_scale(donor, chip_id, chips)
-        dispatch = dict(costs.dispatch_ms)
-        dispatch["neural_engine"] = dispatch["neural_engine"] * scale
-        params = params.model_copy(update={"fixed_ms": (costs.fixed_ms * scale), "dispatch_ms": dispatch})
+        fixed = fit.per_chip[donor].fixed_ms or shared.fixed_ms  # _deciding chose a donor whose rows decided it
+        params = params.model_copy(update={"fixed_ms": fixed * cost_scale(donor, chip_id, chips)})
+    source = transfer_donor(chip_id, _deciding(fit, "dispatch"), chips)
+    if source is not None:
+        per_op = fit.per_chip[source].dispatch_ms["neural_engine"] * cost_scale(source, chip_id, chips)
+        params = params.model_copy(update={"dispatch_ms": {**params.dispatch_ms, "neural_engine": per_op}})
     speed = transfer_donor(chip_id, _deciding(fit, "efficiency"), chips)
     if speed is not None:
         efficiency = {**params.efficiency, "neural_engine": fit.per_chip[speed].efficiency["neural_engine"]}
