@@ -18,7 +18,8 @@ interval of the ratio lies wholly past the threshold (a real 30% slowdown clears
 a busy machine between runs does not). A change in the other direction past the same threshold is
 an improvement, under the same tests.
 
-A rule on a figure that either run graded `unreliable` (`mlbench.stability`, recorded with the figure) is
+A rule on a figure that either run graded `unreliable` (`mlbench.stability`, recorded with the figure), or that
+the two runs timed with different thread counts because one run's pool stalled (`mlbench.compare.trust`), is
 inconclusive: neither a pass nor a regression, listed apart with the reason, and it never fails the gate.
 Figures without a recorded grade (records written before grading, or built by hand) are judged as before.
 """
@@ -110,7 +111,8 @@ class VariantComparison(BaseModel):
     held_back: list[str] = Field(default_factory=list,
                                  description="Threshold crossings the noise test did not confirm.")
     inconclusive: list[str] = Field(default_factory=list,
-                                    description="Rules not judged because a side's figure was graded unreliable "
+                                    description="Rules not judged because a side's figure was graded unreliable, or the sides "
+                                    "timed it with different thread counts after a stalled pool "
                                     "(neither a pass nor a regression), each with the reason; left out when none.")
 
     @model_serializer(mode="wrap")

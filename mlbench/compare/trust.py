@@ -1,6 +1,7 @@
-"""What a figure's own record says about judging it: whether either run graded it unreliable (then a rule on
-it is inconclusive, never a pass or a regression), and the spread both runs measured it with (a noise floor
-at least their sum wide). Records without either, written before or built by hand, are judged as they always were.
+"""What a figure's own record says about judging it: whether either run graded it unreliable, or the two runs
+timed it with different thread counts because one run's pool stalled (then a rule on it is inconclusive, never a
+pass or a regression), and the spread both runs measured it with (a noise floor at least their sum wide). Records
+without these, written before or built by hand, are judged as they always were.
 """
 
 from __future__ import annotations
@@ -29,7 +30,37 @@ def unreliable_sides(metric: str, base: RunRecord | None, head: RunRecord | None
         figure = record.metrics.get(metric) if record is not None else None
         if figure is not None and figure.stability is not None and inconclusive(figure.stability):
             sides.append(f"{side}'s figure is {figure.stability.note()}")
-    return sides
+    mismatch = thread_mismatch(metric, base, head)
+    return sides + ([mismatch] if mismatch else [])
+
+
+def timed_threads(record: RunRecord) -> tuple[int, int] | None:
+    """(threads the figures were timed with, threads configured) where the record's stall check says
+    (`details.thread_check`: one thread where the configured pool stalled); None where it ran none."""
+    check = record.details.get("thread_check")
+    if not isinstance(check, dict) or not isinstance(check.get("configured"), int):
+        return None
+    return (1 if check.get("stalled") else check["configured"]), check["configured"]
+
+
+def thread_mismatch(metric: str, base: RunRecord | None, head: RunRecord | None) -> str | None:
+    """Why a timed figure cannot be judged: the two runs timed it with different thread counts because a pool
+    stalled on one side (a resnet18 timed with 1 thread on a busy runner read 27.8 ms against 16.4 ms with 2
+    on a quiet one: a +69% "regression" of the machine, not of the model). None: comparable, or not timed."""
+    if base is None or head is None:
+        return None
+    figures = [record.metrics.get(metric) for record in (base, head)]
+    if any(f is None or f.stability is None for f in figures):  # only the timed figures carry a grade
+        return None
+    counts = [timed_threads(base), timed_threads(head)]
+    if None in counts or counts[0][0] == counts[1][0]:  # type: ignore[index]
+        return None
+    words = []
+    for side, (used, configured) in zip(("base", "head"), counts):  # type: ignore[misc]
+        stalled = f" (its pool of {configured} stalled while other processes held the cores)" if used != configured \
+            else ""
+        words.append(f"{side} timed it with {used} thread{'s' if used != 1 else ''}{stalled}")
+    return f"{' and '.join(words)}: not the same measurement"
 
 
 def measured_spread(metric: str, base: RunRecord | None, head: RunRecord | None) -> float:

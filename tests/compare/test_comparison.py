@@ -348,3 +348,34 @@ def test_gate_rules_in_the_pipeline_are_checked_with_their_place(write_pipeline,
     assert capsys.readouterr().err == (
         f"{bad}:17:7: report.gate[1]: rule 'latency.median:10%': threshold '10%' is not +N%, -N%, +Npp, -Npp, "
         "+N, -N, >N or <N\n")
+
+
+def test_a_figure_timed_with_one_thread_after_a_stall_is_inconclusive_against_one_timed_with_two():
+    """A busy runner's stall check times the head with 1 thread (27.8 ms) where the quiet base ran 2 (16.4 ms):
+    +69%, a change of the machine, not of the model, so the rule is inconclusive, never a regression."""
+    from mlbench.stability import Stability
+
+    def timed(samples: list[float], used: int, stalled: bool) -> RunRecord:
+        record = rec("resnet18/torch/cpu", samples)
+        grade = Stability(grade="stable", iqr_ratio=0.04, cv=0.04, drift=0.05, samples=len(samples), other_share=0.0)
+        record.metrics["latency.median"] = record.metrics["latency.median"].model_copy(update={"stability": grade})
+        record.details["thread_check"] = {"configured": 2, "configured_ms": 241.0 if stalled else 16.0,
+                                          "one_thread_ms": 27.8 if stalled else 30.0, "stalled": stalled,
+                                          "factor": 1.5}
+        return record
+
+    quiet = [16.4 + 0.01 * i for i in range(30)]
+    base = run_of([timed(quiet, 2, stalled=False)], "b1")
+    head = run_of([timed([27.8 + 0.01 * i for i in range(30)], 1, stalled=True)], "h1")
+    result = compare(base, head, parse_rules(["latency.median:+10%"]))
+    variant = result.variants[0]
+    assert not result.regressed and variant.findings == []
+    assert variant.inconclusive == [
+        "latency.median:+10%: 16.54 ms → 27.95 ms (+68.9%), inconclusive: base timed it with 2 threads and head timed "
+        "it with 1 thread (its pool of 2 stalled while other processes held the cores): not the same measurement; "
+        "measure again on a quieter machine, or both sides interleaved with `mlbench ab`"]
+    text = render_comparison_markdown(result)
+    assert "**No regression** (1 unchanged; 1 rule inconclusive on figures that cannot be compared)." in text
+    # both sides stalled: both timed with 1 thread, the same measurement, judged as usual
+    both = run_of([timed([27.8 + 0.01 * i for i in range(30)], 1, stalled=True)], "b2")
+    assert compare(both, head, parse_rules(["latency.median:+10%"])).variants[0].inconclusive == []

@@ -78,7 +78,9 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     command = "ab" if c.interleaved is not None else "compare"
     unsure = [(v, why) for v in c.variants for why in v.inconclusive]
     if unsure:  # never a pass: said beside the verdict
-        counts += f"; {len(unsure)} {'rule' if len(unsure) == 1 else 'rules'} inconclusive on unreliable figures"
+        on = ("on unreliable figures" if all("figure is" in why for _v, why in unsure)
+              else "on figures that cannot be compared")
+        counts += f"; {len(unsure)} {'rule' if len(unsure) == 1 else 'rules'} inconclusive {on}"
     lines = [f"## mlbench {command}: {md_cell(c.base.pipeline)}", "", f"{verdict} ({counts}).", "",
              _ref("Base", c.base), _ref("Head", c.head), "",
              "Rules: " + ", ".join(md_code(r) for r in c.rules) + ".",
