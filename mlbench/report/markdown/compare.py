@@ -126,12 +126,13 @@ def render_comparison_markdown(comparison: Comparison) -> str:
     if unsure:
         lines += [f"### Inconclusive ({len(unsure)})", "",
                   "Not judged, neither a pass nor a regression: a side's figure was graded unreliable "
-                  "(docs/running.md, Stability):", ""]
+                  "(docs/running.md, Stability), or the sides timed it with different thread counts:", ""]
         lines += [f"- {md_code(v.variant_id)}: {md_inline(why)}" for v, why in unsure]
         lines.append("")
     held = [(v, h) for v in c.variants for h in v.held_back]
     if held:
         lines += ["### Within noise (not counted)", "",
-                  "These crossed a latency threshold, but the noise test found no difference in the samples:", ""]
+                  "These crossed a threshold, but not by more than the noise (the samples' test, or the figure's "
+                  "noise floor) allows:", ""]
         lines += [f"- {md_code(v.variant_id)}: {md_cell(h)}" for v, h in held]
     return "\n".join(lines).rstrip() + "\n"
