@@ -305,11 +305,22 @@ def alternate(suspect: str, reference: ReferenceRounds, measure: Callable[[str],
     return min(timed, key=_rank) if timed else (measured[-1] if measured else None)
 
 
+def comparable_history(record: RunRecord, past: float | None) -> float | None:
+    """The variant's history median where its figure was timed as the history's were: None where a stalled pool
+    made this run time it with one thread (`details.thread_check`). The history holds the configured count's
+    figures, so a one-thread figure far above them is the stall's fallback, not a change of the model (a busy
+    runner's resnet18 read 58.8 ms with 1 thread, "4.27x the history's 13.8 ms" taken with 2)."""
+    check = record.details.get("thread_check")
+    return None if isinstance(check, dict) and check.get("stalled") else past
+
+
 def remeasure(records: dict[str, RunRecord], history: dict[str, float], budget_s: float,
               measure: Callable[[str], Iterator[RunRecord]], on_note: Callable[[str], None]) -> dict[str, RunRecord]:
     """The suspect records measured again, one by one, while `budget_s` lasts; the combined records by
     variant id (only those that changed). `measure(variant_id)` yields a measurement's record; a suspect whose
     model's reference variant is in `records` is measured in rounds alternating with it (`alternate`)."""
+    history = {vid: past for vid, record in records.items()
+               if (past := comparable_history(record, history.get(vid))) is not None}
     suspects = {vid: why for vid, record in records.items()
                 if (why := why_suspect(record, history.get(vid))) is not None}
     if not suspects:

@@ -15,6 +15,7 @@ from mlbench.run.retry import (
     ReferenceRounds,
     alternate,
     combine,
+    comparable_history,
     history_medians,
     not_remeasured,
     reference_for,
@@ -76,6 +77,24 @@ def test_two_measurements_apart_with_no_history_use_the_faster_and_say_so():
     assert broken.metrics["latency.median"].stability.grade == "noisy"
     close = combine(timed(1.30, "noisy"), timed(1.28), None, "why").metrics["latency.median"]
     assert close.value == 1.28 and close.stability.grade == "stable"  # alike: the better graded, as before
+
+def test_a_figure_timed_with_one_thread_after_a_stall_is_not_judged_by_the_configured_counts_history():
+    """The history holds 2-thread figures (13.8 ms); a busy runner's stalled pool made this run time resnet18 with 1
+    thread (58.8 ms, steady): 4.27x, but the stall's fallback, not a change of the model, so it is not a suspect
+    and not called a real change."""
+    stalled = timed(58.8)
+    stalled.details["thread_check"] = {"configured": 2, "configured_ms": 349.0, "one_thread_ms": 67.9,
+                                       "stalled": True, "factor": 1.5}
+    assert comparable_history(stalled, 13.8) is None and comparable_history(timed(58.8), 13.8) == 13.8
+    measured: list[str] = []
+    changed = remeasure({"m/torch/cpu": stalled}, {"m/torch/cpu": 13.8}, 60.0,
+                        lambda vid: iter(measured.append(vid) or [timed(58.0)]), lambda _note: None)
+    assert changed == {} and measured == []
+    plain = timed(58.8)  # timed with the configured count: far from its history, so measured again
+    remeasure({"m/torch/cpu": plain}, {"m/torch/cpu": 13.8}, 60.0,
+              lambda vid: iter(measured.append(vid) or [timed(14.0)]), lambda _note: None)
+    assert measured == ["m/torch/cpu"]
+
 
 def test_with_no_time_to_measure_again_a_figure_far_from_history_is_graded_unreliable():
     changed = remeasure({"m/torch/cpu": timed(135.9)}, {"m/torch/cpu": 0.33}, 0, lambda vid: iter(()),
