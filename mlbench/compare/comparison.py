@@ -111,8 +111,8 @@ class VariantComparison(BaseModel):
     held_back: list[str] = Field(default_factory=list,
                                  description="Threshold crossings the noise test did not confirm.")
     inconclusive: list[str] = Field(default_factory=list,
-                                    description="Rules not judged because a side's figure was graded unreliable, or the sides "
-                                    "timed it with different thread counts after a stalled pool "
+                                    description="Rules not judged because a side's figure was graded unreliable, "
+                                    "or the sides timed it with different thread counts after a stalled pool "
                                     "(neither a pass nor a regression), each with the reason; left out when none.")
 
     @model_serializer(mode="wrap")

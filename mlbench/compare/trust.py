@@ -52,11 +52,11 @@ def thread_mismatch(metric: str, base: RunRecord | None, head: RunRecord | None)
     figures = [record.metrics.get(metric) for record in (base, head)]
     if any(f is None or f.stability is None for f in figures):  # only the timed figures carry a grade
         return None
-    counts = [timed_threads(base), timed_threads(head)]
-    if None in counts or counts[0][0] == counts[1][0]:  # type: ignore[index]
+    base_threads, head_threads = timed_threads(base), timed_threads(head)
+    if base_threads is None or head_threads is None or base_threads[0] == head_threads[0]:
         return None
     words = []
-    for side, (used, configured) in zip(("base", "head"), counts):  # type: ignore[misc]
+    for side, (used, configured) in (("base", base_threads), ("head", head_threads)):
         stalled = f" (its pool of {configured} stalled while other processes held the cores)" if used != configured \
             else ""
         words.append(f"{side} timed it with {used} thread{'s' if used != 1 else ''}{stalled}")
