@@ -60,7 +60,8 @@ from mlbench.backends.apple.calibration.fitting import (
 from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
 from mlbench.backends.apple.calibration.profile import cost_scale, transfer_donor
-from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, builtin_chips
+from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, SplitBand, builtin_chips
+from mlbench.backends.apple.latency import OVERHEAD_SHARE
 from mlbench.backends.apple.placement import estimate_placement
 
 PRIOR_WEIGHT = 0.3  # residual weight of log(parameter / prior): weak next to a row's log ratio
@@ -110,11 +111,12 @@ def transfer_values(values: dict[str, float], free: list[str], group: str, group
     return out, ", ".join(how) or "the shared parameters"
 
 
-def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
+def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str], list[float]]:
     """Each chip's rows predicted by a fit of the other chips' rows, what it takes carried from the nearest
-    calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios and, per chip, where
-    its parameters came from."""
-    ratios, how = [], []
+    calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios, per chip where its
+    parameters came from, and per row the share of its estimate that was fixed and per-op cost (the ratios are
+    in the order of the chips' groups, as are the shares)."""
+    ratios, how, shares = [], [], []
     for group in sorted({c.group for c in cases}):
         rest = [c for c in cases if c.group != group]
         result = calibrate_cases(rest, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True, leave_one_out=False)
@@ -122,9 +124,33 @@ def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str]]:
         values, words = transfer_values(result.values, result.free, group, groups)
         mine = [estimated_ms(c, values) / c.measured_ms for c in cases if c.group == group]
         ratios += mine
+        shares += [overhead_of(c, values) for c in cases if c.group == group]
         how.append(f"{group} ({len(mine)} rows) with {words}: median "
                    f"×{statistics.median(folded(r) for r in mine):.2f}, worst ×{max(folded(r) for r in mine):.2f}")
-    return ratios, how
+    return ratios, how, shares
+
+
+def overhead_of(case: Case, values: dict[str, float]) -> float:
+    """The share of the case's estimate under `values` that is fixed cost, per-op cost and device switches."""
+    estimated_ms(case, values)  # computes the case's terms once
+    assert case.terms is not None
+    params = parameters(values, case.group)
+    per_device, dispatch, switch = case.terms.parts(params)
+    total = 1e3 * float(per_device.sum()) + dispatch + switch + params.fixed_ms
+    return (params.fixed_ms + dispatch + switch) / total
+
+
+def split_bands(cases: list[Case], ratios: list[float], shares: list[float]) -> dict[str, SplitBand | None]:
+    """The leave-one-chip-out band of the rows whose estimate was mostly fixed and per-op cost, and of the others."""
+    order = [c for group in sorted({c.group for c in cases}) for c in cases if c.group == group]
+    out: dict[str, SplitBand | None] = {}
+    for name, side in (("uncalibrated_overhead_bound", True), ("uncalibrated_compute_bound", False)):
+        picked = [(c, folded(r)) for c, r, s in zip(order, ratios, shares) if (s >= OVERHEAD_SHARE) == side]
+        out[name] = SplitBand(rows=len(picked), models=len({c.model for c, _ in picked}),
+                              chips=len({c.group for c, _ in picked}),
+                              median_ratio=round(statistics.median(r for _, r in picked), 3),
+                              worst_ratio=round(max(r for _, r in picked), 3)) if picked else None
+    return out
 
 
 def calibration_pairs(cases: list[Case], sources: list[frozenset[str]]):
@@ -209,8 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)
-    loco, loco_how = leave_one_chip_out(cases)
+    loco, loco_how, loco_shares = leave_one_chip_out(cases)
     uncalibrated = [folded(r) for r in loco]
+    split = split_bands(cases, loco, loco_shares)
 
     rows = []
     print(f"{'row':<44} {'published':>9} {'estimated':>9} {'ratio':>6} {'LOO':>6}  placement (ANE/GPU/CPU ops)")
@@ -232,6 +259,11 @@ def main(argv: list[str] | None = None) -> int:
           f"worst ×{max(uncalibrated):.2f} over {len(uncalibrated)} rows")
     for line in loco_how:
         print(f"  {line}")
+    for name, words in (("uncalibrated_overhead_bound", f"estimates {OVERHEAD_SHARE:.0%} or more fixed and per-op cost"),
+                        ("uncalibrated_compute_bound", f"estimates under {OVERHEAD_SHARE:.0%} so")):
+        if (band := split[name]) is not None:
+            print(f"  {words} ({name}): median ×{band.median_ratio:.2f}, worst ×{band.worst_ratio:.2f} over "
+                  f"{band.rows} rows, {band.models} model(s) on {band.chips} chip(s)")
     compressed = [folded(r) for c, r in zip(cases, result.loo) if r is not None and c.precision not in
                   ("float16", "float32")]
     if compressed:
@@ -282,6 +314,8 @@ def main(argv: list[str] | None = None) -> int:
             uncalibrated_median_ratio=round(statistics.median(uncalibrated), 3),
             uncalibrated_worst_ratio=round(max(uncalibrated), 3),
             uncalibrated_chips=sorted({c.group for c in cases}),
+            uncalibrated_overhead_bound=split["uncalibrated_overhead_bound"],
+            uncalibrated_compute_bound=split["uncalibrated_compute_bound"],
             compressed_median_ratio=round(statistics.median(compressed), 3) if compressed else None,
             compressed_worst_ratio=round(max(compressed), 3) if compressed else None,
             order_evidence=evidence)

@@ -125,6 +125,18 @@ class ChipFit(StrictModel):
         "Neural Engine's differs by generation; others: the shared value).")
 
 
+class SplitBand(StrictModel):
+    """The leave-one-chip-out error of one kind of row (estimates mostly fixed and per-op cost, or the others): a
+    tiny model's estimate on a chip without rows is off by what the harness and chip add per prediction, a larger
+    one's by much less, so one pooled band would understate the first and overstate the second."""
+
+    rows: int
+    models: int = Field(description="Distinct models among the rows.")
+    chips: int = Field(description="Distinct chips among the rows.")
+    median_ratio: float
+    worst_ratio: float
+
+
 class Fit(StrictModel):
     """What the calibration fitted, against what, and how far off it is."""
 
@@ -153,6 +165,11 @@ class Fit(StrictModel):
     uncalibrated_chips: list[str] = Field(
         default_factory=list, description="The chips (and OS) whose rows were each predicted without them: the "
         "leave-one-chip-out band's basis.")
+    uncalibrated_overhead_bound: SplitBand | None = Field(
+        default=None, description="The leave-one-chip-out band of the rows whose estimate was mostly fixed and per-op "
+        "cost (latency.OVERHEAD_SHARE or more): the band of such an estimate on a chip without rows.")
+    uncalibrated_compute_bound: SplitBand | None = Field(
+        default=None, description="The same over the other rows: the band of the other estimates on such a chip.")
     compressed_median_ratio: float | None = Field(
         default=None, description="Median folded leave-one-out ratio over the compressed rows: the band of a "
         "compressed variant.")

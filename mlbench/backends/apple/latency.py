@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mlbench.backends.apple.calibration.profile import chip_parameters
+from mlbench.backends.apple.calibration.profile import UNCALIBRATED, chip_parameters
 from mlbench.backends.apple.chips import DEVICES, ChipProfile, Fit, Parameters, builtin_chips, calibration
 from mlbench.backends.apple.compression_rules import op_adjustment, variant_kind
 from mlbench.backends.apple.cost.base import DTYPE_BITS
@@ -45,6 +45,9 @@ __all__ = ["Estimate", "LatencyTerms", "estimate_latency", "latency_band", "late
 
 METRIC_PREFIX = "latency.estimated."
 NOT_CALIBRATED = "the latency model is not calibrated: run benchmarks/calibrate_latency.py"
+OVERHEAD_SHARE = 0.5
+"""An estimate whose fixed and per-op costs are this share of it or more takes, on a chip without rows, the band of
+the calibration rows that were so (overhead_band)."""
 
 
 @dataclass
@@ -201,9 +204,9 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
             metrics[name] = Metric.absent("ms", NOT_CALIBRATED)
             continue
         params, band = chip_parameters(fit, chip_id, calibrations)
-        if calibrations is None or chip_id not in calibrations:
-            band = compressed_band(fit, kind, band or latency_band(fit))
         estimate = estimate_latency(analysis, placement, profiles[chip_id], params)
+        if calibrations is None or chip_id not in calibrations:
+            band = compressed_band(fit, kind, overhead_band(fit, estimate, band or latency_band(fit)))
         metrics[name] = Metric(value=round(estimate.total_ms, 4), unit="ms", source="estimated",
                                band=band or latency_band(fit),
                                measured_as="latency.median" if chip_id == this_machine else None)
@@ -212,6 +215,31 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
                           "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name,
                           "rules": estimate.rules, "kind": kind, "order_evidence": fit.order_evidence}
     return metrics, parts
+
+
+def overhead_share(estimate: Estimate) -> float:
+    """How much of an estimate is the fixed cost per prediction, the per-op cost and the device switches."""
+    overhead = estimate.fixed_ms + estimate.dispatch_ms + estimate.switch_ms
+    return overhead / estimate.total_ms if estimate.total_ms > 0 else 1.0
+
+
+def overhead_band(fit: Fit, estimate: Estimate, band: Band) -> Band:
+    """A chip without rows: the leave-one-chip-out band of the rows whose estimate was, like this one, mostly fixed
+    and per-op cost (OVERHEAD_SHARE or more), or of the others. Those costs are what carries worst between chips
+    (they differ by harness as much as by chip), so a 0.13 ms model's estimate is far less sure than a 2 ms one's."""
+    if UNCALIBRATED not in band.basis:
+        return band
+    share = overhead_share(estimate)
+    over = share >= OVERHEAD_SHARE
+    side = fit.uncalibrated_overhead_bound if over else fit.uncalibrated_compute_bound
+    if side is None:
+        return band
+    which = "at least" if over else "under"
+    return Band(median_ratio=side.median_ratio, worst_ratio=side.worst_ratio,
+                basis=f"{band.basis}; this estimate is {share:.0%} fixed and per-op cost, so its band is that of the "
+                f"{side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on {side.chips} "
+                f"chip{'s' if side.chips != 1 else ''}) whose estimate without their chip was {which} "
+                f"{OVERHEAD_SHARE:.0%} so")
 
 
 def compressed_band(fit: Fit, kind: str, band: Band) -> Band:

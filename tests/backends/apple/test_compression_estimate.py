@@ -165,7 +165,8 @@ def test_a_compressed_variant_carries_the_compressed_rows_band_and_its_kind():
                                        "without it")
     uncalibrated = metrics["latency.estimated.a19pro"].band
     assert uncalibrated is not None and uncalibrated.basis.startswith("uncalibrated chip (a19pro)")
-    assert uncalibrated.worst_ratio == max(fit.uncalibrated_worst_ratio or 0, fit.compressed_worst_ratio)
+    assert fit.uncalibrated_compute_bound is not None  # eight 256-channel convs: mostly compute
+    assert uncalibrated.worst_ratio == max(fit.uncalibrated_compute_bound.worst_ratio, fit.compressed_worst_ratio)
     assert parts["a16"]["kind"] == "palettized" and parts["a16"]["order_evidence"] == fit.order_evidence
     plain, _ = latency_metrics(*program("float16"), ["a16"])
     assert plain["latency.estimated.a16"].band != calibrated  # float16 keeps the chip's own band
@@ -239,3 +240,27 @@ def test_the_sparsity_is_read_from_the_stored_bytes():
     assert sparsity(program("palettize4")[0].layers[0]) is None
     assert (ios_release("iOS17"), ios_release("macOS15"), ios_release("watchOS10"), ios_release(None)) == (
         17, 18, None, None)
+
+
+def test_an_estimate_mostly_fixed_and_per_op_cost_takes_the_band_of_such_rows_on_a_chip_without_rows():
+    """A 0.13 ms model's estimate on a chip without rows is as unsure as the calibration rows whose estimate was
+    mostly fixed and per-op cost (×2.4-2.7 without their chip), a compute-heavy one's as the others: two bands,
+    each named, not one pooled band that understates the first and overstates the second."""
+    fit = calibration()
+    assert fit is not None and fit.uncalibrated_overhead_bound is not None and fit.uncalibrated_compute_bound is not None
+    assert fit.uncalibrated_overhead_bound.worst_ratio > fit.uncalibrated_compute_bound.worst_ratio
+    heavy, placement = program("float16")
+    tiny = heavy.model_copy(deep=True)
+    for layer in tiny.layers:  # the same eight ops, each a few thousand FLOPs and bytes
+        layer.flops, layer.bytes, layer.weight_bytes = 4096, 4096, 1024
+    for analysis, side, share in ((tiny, fit.uncalibrated_overhead_bound, "at least 50% so"),
+                                  (heavy, fit.uncalibrated_compute_bound, "under 50% so")):
+        metrics, parts = latency_metrics(analysis, placement, ["a19pro", "a16"])
+        band = metrics["latency.estimated.a19pro"].band
+        assert band is not None and (band.median_ratio, band.worst_ratio) == (side.median_ratio, side.worst_ratio)
+        assert band.basis.startswith("uncalibrated chip (a19pro): ")
+        assert f"so its band is that of the {side.rows} rows (" in band.basis and band.basis.endswith(share)
+        calibrated = metrics["latency.estimated.a16"].band  # a chip with rows keeps its own band
+        assert calibrated is not None and "so its band is" not in calibrated.basis
+    tiny_parts = latency_metrics(tiny, placement, ["a19pro"])[1]["a19pro"]
+    assert tiny_parts["fixed_ms"] + tiny_parts["dispatch_ms"] > sum(tiny_parts["compute_ms"].values())
