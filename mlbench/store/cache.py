@@ -230,6 +230,7 @@ class ArtifactCache:
             raise cannot_write(exc, self.root, "cannot write the cache") from None
         try:
             meta = self._build_into(tmp_dir, key, key_inputs, build)
+            self.pins.before_publishing(key, tmp_dir)
             for _ in range(5):
                 if self._bad_shard(final.parent):  # a symlink in the shard's place: never publish through it
                     final.parent.unlink()
@@ -239,7 +240,7 @@ class ArtifactCache:
                 except OSError:
                     if final.exists():  # another process published first
                         theirs = self.lookup(key)  # evicts theirs if corrupt; then we retry
-                        if theirs is not None:
+                        if theirs is not None:  # pinned by the lookup, in place of our build
                             shutil.rmtree(tmp_dir, ignore_errors=True)
                             return theirs, False
                         continue
@@ -249,9 +250,10 @@ class ArtifactCache:
                 fsync_fd(final.parent, os.O_RDONLY)
                 artifact = final / meta["artifact"]
                 self.state.record(key, signature(artifact), meta["checksum"], time.time_ns())
-                return self.pins.hold(CacheEntry(key=key, path=final, meta=meta)) or CacheEntry(key, final, meta), False
+                return self.pins.published(CacheEntry(key=key, path=final, meta=meta)), False
             raise RuntimeError(f"cache entry {key[:12]}: could not move the build into place")
         except BaseException:  # any failure, Ctrl-C included: the build folder goes, and it re-raises
+            self.pins.drop(key)
             shutil.rmtree(tmp_dir, ignore_errors=True)
             raise
 

@@ -84,6 +84,24 @@ class Pins:
         self._held[entry.key] = fd
         return entry
 
+    def before_publishing(self, key: str, build_dir: Path) -> None:
+        """Pin a finished build folder before it is renamed into place as `key`'s entry: the shared lock on its
+        meta.json follows the inode through the rename, so no clear can take the entry between its publication and
+        its first use (one did: the run's next stat of the artifact failed with FileNotFoundError). `drop(key)`
+        when it is not published."""
+        fd = pin(build_dir)
+        if fd is not None:
+            self.drop(key)
+            self._held[key] = fd
+
+    def published(self, entry: CacheEntry) -> CacheEntry:
+        """The entry just renamed into place, pinned (`before_publishing`, else now where locks exist)."""
+        return entry if entry.key in self._held else (self.hold(entry) or entry)
+
+    def drop(self, key: str) -> None:
+        if (fd := self._held.pop(key, None)) is not None:
+            os.close(fd)
+
     def release(self) -> None:
         for fd in self._held.values():
             os.close(fd)

@@ -53,3 +53,25 @@ def test_a_clear_in_this_process_is_refused_by_its_own_pin_too(tmp_path):
     assert ArtifactCache(tmp_path / "cache").clear() == 0
     cache.release_pins()
     assert ArtifactCache(tmp_path / "cache").clear() == 1
+
+
+def test_a_clear_just_after_an_entry_is_published_keeps_it(tmp_path, monkeypatch):
+    """The entry is pinned before its build folder is renamed into place: a clear in another process right after
+    the rename, before the run looks at the artifact again, keeps it (it took it once: the run's next stat of
+    model.onnx failed with FileNotFoundError and the variant failed)."""
+    import mlbench.store.cache as cache_module
+
+    real_signature, said = cache_module.signature, []
+
+    def clear_first(path):
+        said.append(_cli("clear", "--dir", str(tmp_path / "cache")))
+        return real_signature(path)
+
+    monkeypatch.setattr(cache_module, "signature", clear_first)
+    cache = ArtifactCache(tmp_path / "cache")
+    entry, hit = cache.get_or_build(KEY_A, {"k": 1}, _build("model.onnx"))
+    assert not hit and entry.artifact_path.read_text() == "model bytes"
+    assert said == [f"removed 0 entries from {tmp_path / 'cache'}; kept 1 entry a run is using\n"]
+    cache.release_pins()
+    monkeypatch.setattr(cache_module, "signature", real_signature)
+    assert _cli("clear", "--dir", str(tmp_path / "cache")) == f"removed 1 entries from {tmp_path / 'cache'}\n"

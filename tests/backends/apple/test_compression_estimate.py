@@ -255,7 +255,7 @@ def test_an_estimate_mostly_fixed_and_per_op_cost_takes_the_band_of_such_rows_on
         layer.flops, layer.bytes, layer.weight_bytes = 4096, 4096, 1024
     for analysis, side, share in ((tiny, fit.uncalibrated_overhead_bound, "at least 50% so"),
                                   (heavy, fit.uncalibrated_compute_bound, "under 50% so")):
-        metrics, parts = latency_metrics(analysis, placement, ["a19pro", "a16"])
+        metrics, _parts = latency_metrics(analysis, placement, ["a19pro", "a16"])
         band = metrics["latency.estimated.a19pro"].band
         assert band is not None and (band.median_ratio, band.worst_ratio) == (side.median_ratio, side.worst_ratio)
         assert band.basis.startswith("uncalibrated chip (a19pro): ")
