@@ -114,8 +114,8 @@ def transfer_values(values: dict[str, float], free: list[str], group: str, group
 def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str], list[float]]:
     """Each chip's rows predicted by a fit of the other chips' rows, what it takes carried from the nearest
     calibrated Neural Engine generation: what a chip without rows gets. Returns the ratios, per chip where its
-    parameters came from, and per row the share of its estimate that was fixed and per-op cost (the ratios are
-    in the order of the chips' groups, as are the shares)."""
+    parameters came from, and per row the share of its estimate that was fixed and per-op cost; rows and shares
+    come chip by chip (sorted groups), each chip's in the cases' order."""
     ratios, how, shares = [], [], []
     for group in sorted({c.group for c in cases}):
         rest = [c for c in cases if c.group != group]
@@ -135,9 +135,8 @@ def overhead_of(case: Case, values: dict[str, float]) -> float:
     estimated_ms(case, values)  # computes the case's terms once
     assert case.terms is not None
     params = parameters(values, case.group)
-    per_device, dispatch, switch = case.terms.parts(params)
-    total = 1e3 * float(per_device.sum()) + dispatch + switch + params.fixed_ms
-    return (params.fixed_ms + dispatch + switch) / total
+    _per_device, dispatch, switch = case.terms.parts(params)
+    return (params.fixed_ms + dispatch + switch) / case.terms.total_ms(params)
 
 
 def split_bands(cases: list[Case], ratios: list[float], shares: list[float]) -> dict[str, SplitBand | None]:
