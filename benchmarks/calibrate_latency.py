@@ -61,7 +61,7 @@ from mlbench.backends.apple.calibration.fitting import fit as fit_values
 from mlbench.backends.apple.calibration.priors import PRIORS, prior_values
 from mlbench.backends.apple.calibration.profile import cost_scale, transfer_donor
 from mlbench.backends.apple.chips import CHIPS_PATH, DEVICES, ChipFit, Fit, FitRow, SplitBand, builtin_chips
-from mlbench.backends.apple.latency import OVERHEAD_SHARE
+from mlbench.backends.apple.latency import OVERHEAD_SHARE, estimate_latency, overhead_share
 from mlbench.backends.apple.placement import estimate_placement
 
 PRIOR_WEIGHT = 0.3  # residual weight of log(parameter / prior): weak next to a row's log ratio
@@ -131,12 +131,9 @@ def leave_one_chip_out(cases: list[Case]) -> tuple[list[float], list[str], list[
 
 
 def overhead_of(case: Case, values: dict[str, float]) -> float:
-    """The share of the case's estimate under `values` that is fixed cost, per-op cost and device switches."""
-    estimated_ms(case, values)  # computes the case's terms once
-    assert case.terms is not None
-    params = parameters(values, case.group)
-    _per_device, dispatch, switch = case.terms.parts(params)
-    return (params.fixed_ms + dispatch + switch) / case.terms.total_ms(params)
+    """The share of the case's estimate under `values` that is fixed cost, per-op cost and device switches, as an
+    estimate reports it (latency.overhead_share)."""
+    return overhead_share(estimate_latency(case.analysis, case.placement, case.chip, parameters(values, case.group)))
 
 
 def split_bands(cases: list[Case], ratios: list[float], shares: list[float]) -> dict[str, SplitBand | None]:

@@ -79,8 +79,7 @@ class Pins:
         fd = pin(entry.path)
         if fd is None:
             return entry if os.path.lexists(entry.path / META_NAME) else None  # no locks here: as before
-        if (old := self._held.pop(entry.key, None)) is not None:
-            os.close(old)
+        self.drop(entry.key)
         self._held[entry.key] = fd
         return entry
 

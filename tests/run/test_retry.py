@@ -78,6 +78,7 @@ def test_two_measurements_apart_with_no_history_use_the_faster_and_say_so():
     close = combine(timed(1.30, "noisy"), timed(1.28), None, "why").metrics["latency.median"]
     assert close.value == 1.28 and close.stability.grade == "stable"  # alike: the better graded, as before
 
+
 def test_a_figure_timed_with_one_thread_after_a_stall_is_not_judged_by_the_configured_counts_history():
     """The history holds 2-thread figures (13.8 ms); a busy runner's stalled pool made this run time resnet18 with 1
     thread (58.8 ms, steady): 4.27x, but the stall's fallback, not a change of the model, so it is not a suspect
