@@ -4,8 +4,10 @@ Each setting runs `mlbench run` in a fresh process on a fresh cache (so every ar
 on a sweep that is all export and untimed analysis (benchmarks/pipelines/export_sweep.yaml: 12
 distinct artifacts; off macOS a Core ML variant's measurement times nothing, so with several jobs it
 runs beside the exports). Rounds alternate the order of the two settings so machine drift hits both
-alike. Prints each wall time with its stages and the speed-up of the whole run (target ≥ 1.7× on a
-2-core machine).
+alike. Prints each wall time with its stages, the CPU time the machine was busy meanwhile, and the speed-up of
+the whole run (target ≥ 1.7× on a 2-core machine) beside its bound: `--jobs 1` already keeps more than one core
+busy at times (torch's and coremltools' own threads), and no split of that work over the machine's cores finishes
+before its busy CPU seconds / cores, so the speed-up can be at most `--jobs 1`'s wall / (its CPU seconds / cores).
 
 Then (skip with --no-overhead) mlbench's cost per export against plain coremltools, in this process:
 for each distinct artifact of the sweep, `torch.jit.trace` + `coremltools.convert` (+ the same weight
@@ -32,21 +34,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed_run(pipeline: Path, jobs: int) -> tuple[float, dict[str, float]]:
-    """Wall seconds of a cold `mlbench run --jobs N`, and its stage seconds (summed over the children:
-    with several jobs they overlap)."""
+def timed_run(pipeline: Path, jobs: int) -> tuple[float, float | None, dict[str, float]]:
+    """Wall seconds of a cold `mlbench run --jobs N`, the machine's busy CPU seconds meanwhile (all processes:
+    mlbench's children and their threads are most of it on a quiet machine; None off Linux), and its stage
+    seconds (summed over the children: with several jobs they overlap)."""
+    from mlbench.machine_load import sample
+
     exe = Path(sys.executable).with_name("mlbench")
     with tempfile.TemporaryDirectory(prefix="mlbench-parallel-") as tmp:
         env = {**os.environ, "MLBENCH_CACHE_DIR": str(Path(tmp) / "cache"), "MLBENCH_HISTORY": str(Path(tmp) / "h.db")}
-        t0 = time.perf_counter()
+        before, t0 = sample(), time.perf_counter()
         done = subprocess.run([str(exe), "run", "-q", "--jobs", str(jobs), str(pipeline)], env=env)
-        wall = time.perf_counter() - t0
+        wall, after = time.perf_counter() - t0, sample()
+        busy = after.busy_s - before.busy_s if after.busy_s is not None and before.busy_s is not None else None
         if done.returncode not in (0, 1):  # 1: a variant failed (its verification, say): the exports ran
             raise SystemExit(f"mlbench run --jobs {jobs} exited with {done.returncode}")
         from mlbench.validate import load_pipeline
 
         report = json.loads((load_pipeline(pipeline).report_dir / "report.json").read_text())
-        return wall, report["stage_seconds"]
+        return wall, busy, report["stage_seconds"]
 
 
 def plain_export(ct, module, inputs, names, precision: str, recipe: dict | None, target: str, dest: Path) -> None:
@@ -141,17 +147,25 @@ def speedup(args: argparse.Namespace) -> None:
     start = sample()
     serial: list[float] = []
     parallel: list[float] = []
+    serial_bound: list[float] = []
+    cores = os.cpu_count() or 1
     for i in range(args.rounds):
         order = [(1, serial), (args.jobs, parallel)]
         for jobs, out in (order if i % 2 == 0 else order[::-1]):
-            wall, stages = timed_run(args.pipeline, jobs)
+            wall, busy, stages = timed_run(args.pipeline, jobs)
             out.append(wall)
             summed = ", ".join(f"{name} {value:.1f} s" for name, value in stages.items())
-            print(f"round {i + 1}: --jobs {jobs}: {wall:6.1f} s (stages summed over the children: {summed})",
+            cpu = f", machine busy {busy:.1f} CPU s ({busy / wall:.2f} of {cores} cores)" if busy is not None else ""
+            print(f"round {i + 1}: --jobs {jobs}: {wall:6.1f} s{cpu} (stages summed over the children: {summed})",
                   flush=True)
+            if jobs == 1 and busy:
+                serial_bound.append(wall / (busy / cores))
     s, p = statistics.median(serial), statistics.median(parallel)
     print(f"--jobs 1 median {s:.1f} s, --jobs {args.jobs} median {p:.1f} s: speed-up of the whole run {s / p:.2f}× "
           f"(target ≥ 1.7× with 2 jobs on 2 cores) {'PASS' if s / p >= 1.7 else 'UNDER'}")
+    if serial_bound:
+        print(f"bound: --jobs 1's work spread perfectly over {cores} cores would finish {statistics.median(serial_bound):.2f}× "
+              "sooner (its wall / (its busy CPU seconds / cores)); no --jobs setting can beat that on this machine")
     print(f"machine load meanwhile: {describe(load_between(start, sample(), 'benchmark'))}")
 
 
