@@ -4,6 +4,7 @@ minute, and the note that says why a run slowed (throttled when the thermal stat
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -11,14 +12,29 @@ from mlbench import sustained
 from mlbench.config.pipeline import LatencySettings
 
 
-def stepping_call(slow_after_s: float, fast_ms: float = 4.0, slow_ms: float = 12.0):
-    """A call that sleeps `fast_ms`, then `slow_ms` once `slow_after_s` seconds have passed since its first call."""
-    start: list[float] = []
+class VirtualClock:
+    """The sustained run's clock, moved only by the calls: window medians are exact whatever the machine's load
+    (real sleeps woke up to 2 ms late on a loaded runner, and identical windows differed by a third)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch) -> VirtualClock:
+    virtual = VirtualClock()
+    monkeypatch.setattr(sustained, "time", SimpleNamespace(perf_counter=virtual))
+    return virtual
+
+
+def stepping_call(clock: VirtualClock, slow_after_s: float, fast_ms: float = 4.0, slow_ms: float = 12.0):
+    """A call that takes `fast_ms`, then `slow_ms` once `slow_after_s` seconds have passed on `clock`."""
 
     def call() -> None:
-        now = time.perf_counter()
-        start.append(now) if not start else None
-        time.sleep((slow_ms if now - start[0] >= slow_after_s else fast_ms) / 1e3)
+        clock.now += (slow_ms if clock.now >= slow_after_s else fast_ms) / 1e3
 
     return call
 
@@ -27,10 +43,10 @@ UNREAD = {"method": "linux sysfs", "state": None, "cpu_mhz": None, "throttle_eve
           "reason": "no thermal zone"}
 
 
-def test_a_run_that_slows_halfway_reports_both_windows_a_positive_slope_and_why():
-    run = sustained.run_sustained(stepping_call(0.45), seconds=0.9, window_s=60.0, reader=lambda: UNREAD)
+def test_a_run_that_slows_halfway_reports_both_windows_a_positive_slope_and_why(clock):
+    run = sustained.run_sustained(stepping_call(clock, 0.45), seconds=0.9, window_s=60.0, reader=lambda: UNREAD)
     assert run.window_s == pytest.approx(0.3)  # a third of the run: shorter than the configured minute
-    assert run.first == pytest.approx(4.0, rel=0.5) and run.last == pytest.approx(12.0, rel=0.5)
+    assert run.first == pytest.approx(4.0) and run.last == pytest.approx(12.0)
     assert len(run.windows) == 3 and run.windows[0] < run.windows[-1]
     assert run.slope > 0  # ms per minute: (12 - 4) ms over the 0.6 s between the outer windows' midpoints ≈ 800
     assert run.throttled() is None
@@ -44,19 +60,19 @@ def test_a_run_that_slows_halfway_reports_both_windows_a_positive_slope_and_why(
     assert details["throttled"] is False and details["note"] == note and details["calls"] == len(run.samples_ms)
 
 
-def test_a_rise_of_the_thermal_state_is_the_throttled_note():
+def test_a_rise_of_the_thermal_state_is_the_throttled_note(clock):
     readings = iter([{"state": "nominal"}, {"state": "serious"}])
-    run = sustained.run_sustained(stepping_call(0.2), seconds=0.4, window_s=0.1, reader=lambda: next(readings))
+    run = sustained.run_sustained(stepping_call(clock, 0.2), seconds=0.4, window_s=0.1, reader=lambda: next(readings))
     assert run.throttled() == "thermal state nominal → serious"
     assert run.note() == "throttled: thermal state nominal → serious"
     assert run.details()["throttled"] is True
     assert len(run.windows) == 4  # the configured window, shorter than a third of the run
 
 
-def test_a_steady_run_has_no_note():
+def test_a_steady_run_has_no_note(clock):
     steady = {"state": "nominal"}
-    run = sustained.run_sustained(stepping_call(99.0), seconds=0.3, window_s=0.1, reader=lambda: steady)
-    assert run.note() is None and abs(run.last / run.first - 1) < sustained.SLOWED
+    run = sustained.run_sustained(stepping_call(clock, 99.0), seconds=0.3, window_s=0.1, reader=lambda: steady)
+    assert run.note() is None and run.last == run.first == pytest.approx(4.0)
 
 
 def test_nothing_runs_when_sustained_s_is_zero():
