@@ -166,7 +166,8 @@ def speedup(args: argparse.Namespace) -> None:
     if serial_bound:
         print(f"bound: --jobs 1's work spread perfectly over {cores} cores would finish {statistics.median(serial_bound):.2f}× "
               "sooner (its wall / (its busy CPU seconds / cores)); no --jobs setting can beat that on this machine")
-    print(f"machine load meanwhile: {describe(load_between(start, sample(), 'benchmark'))}")
+    print(f"machine load meanwhile (the mlbench runs it started count as other processes): "
+          f"{describe(load_between(start, sample(), 'benchmark'))}")
 
 
 if __name__ == "__main__":
