@@ -100,9 +100,16 @@ def test_a_full_disk_mid_run_is_one_line_exit_3_and_resume_recovers_every_record
 
 def _run_until_records(path: Path, tmp_path: Path, records: int) -> subprocess.Popen:
     journal = tmp_path / "out" / "journal.jsonl"
-    process = subprocess.Popen([sys.executable, "-m", "mlbench.cli", "run", "-q", "--jobs", "1", str(path)],
-                               env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
+    # Started as from a terminal, where Ctrl-C is heard: a suite started in the background (`pytest &` without job
+    # control, nohup) ignores SIGINT, every child inherits that through exec, and this run would finish regardless.
+    # A caught handler here becomes the default in the child.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen([sys.executable, "-m", "mlbench.cli", "run", "-q", "--jobs", "1", str(path)],
+                                   env={**os.environ, "CI": "1", "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     deadline = time.time() + 180
     while time.time() < deadline and process.poll() is None:
         lines = journal.read_text().splitlines() if journal.exists() else []
