@@ -79,8 +79,7 @@ class Pins:
         fd = pin(entry.path)
         if fd is None:
             return entry if os.path.lexists(entry.path / META_NAME) else None  # no locks here: as before
-        self.drop(entry.key)
-        self._held[entry.key] = fd
+        self._keep(entry.key, fd)
         return entry
 
     def before_publishing(self, key: str, build_dir: Path) -> None:
@@ -90,12 +89,16 @@ class Pins:
         when it is not published."""
         fd = pin(build_dir)
         if fd is not None:
-            self.drop(key)
-            self._held[key] = fd
+            self._keep(key, fd)
 
     def published(self, entry: CacheEntry) -> CacheEntry:
         """The entry just renamed into place, pinned (`before_publishing`, else now where locks exist)."""
         return entry if entry.key in self._held else (self.hold(entry) or entry)
+
+    def _keep(self, key: str, fd: int) -> None:
+        """Hold `fd` as `key`'s pin, in place of any pin held before."""
+        self.drop(key)
+        self._held[key] = fd
 
     def drop(self, key: str) -> None:
         if (fd := self._held.pop(key, None)) is not None:
