@@ -169,7 +169,7 @@ history: {{enabled: false}}
 
 
 @pytest.mark.torch
-@pytest.mark.slow  # one run under sixteen spinners: ~20 s on a 2-core machine
+@pytest.mark.slow  # one to three runs under sixteen spinners: ~20 s each on a 2-core machine
 def test_a_stalled_torch_pool_under_a_busy_loop_is_found_and_the_figure_taken_with_one_thread(tmp_path, monkeypatch):
     from mlbench.run.progress import PlainProgress
     from mlbench.run.runner import run
@@ -179,14 +179,21 @@ def test_a_stalled_torch_pool_under_a_busy_loop_is_found_and_the_figure_taken_wi
     path = tmp_path / "stall.yaml"
     path.write_text(PIPELINE.format(folder=tmp_path), encoding="utf-8")
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the measuring child's libgomp reads it when torch loads
-    with busy_loop():
-        run(load_pipeline(path), PlainProgress(io.StringIO()))
-    (record,) = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))["records"]
-    assert record["status"] == "ok", record.get("error")
-    check = record["details"]["thread_check"]
     # the stall, reproduced: 2 threads more than 1.5x slower than 1 (here 2.4x to 1000x from run to run, with how
-    # the spinners' bursts fall; spinners that never pause reproduce it less often than bursty ones)
-    assert check["configured"] == 2 and check["stalled"], check
+    # the spinners' bursts fall). One CI run of many read 1.44x, under the factor: a run that does not reproduce
+    # it must then time with the configured 2 threads and say nothing, and the next run tries again
+    for _ in range(3):
+        with busy_loop():
+            run(load_pipeline(path), PlainProgress(io.StringIO()))
+        (record,) = json.loads((tmp_path / "out" / "report.json").read_text(encoding="utf-8"))["records"]
+        assert record["status"] == "ok", record.get("error")
+        check = record["details"]["thread_check"]
+        assert check["configured"] == 2, check
+        if check["stalled"]:
+            break
+        assert record["latency"]["threads"] == 2, record["latency"]
+        assert not any(note.startswith("measured with 1 thread") for note in record["latency"]["stability"]["adjustments"])
+    assert check["stalled"], check
     median = record["metrics"]["latency.median"]["value"]
     assert record["latency"]["threads"] == 1
     assert median < check["configured_ms"] / 2, (median, check)  # the model, not the wait
