@@ -83,7 +83,7 @@ class CoremlBackend(Backend):
     def export(self, model: LoadedModel, variant: Variant) -> Exported:
         require_modules(self.name, "coreml", (("coremltools", "coremltools"),))
         from mlbench.backends.apple.analysis import ANALYSIS_VERSION, ProgramAnalysis, analyse_package
-        from mlbench.backends.coreml.deployment import check_deployment_target
+        from mlbench.backends.coreml.deployment import check_deployment_target, shared_deployment_target
         from mlbench.backends.coreml.export import ExportResult, export_coreml
 
         precision = variant.axis("precision")
@@ -94,8 +94,12 @@ class CoremlBackend(Backend):
 
             return export_generative(self, model, variant, artifact_key_inputs)
         recipe = recipe_dict(self.config.optimizations.get(variant.axis("optimize")), self.config.optimizations)
-        deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
-                                                    enumerated_inputs=model.spec.enumerated_inputs)
+        if self.target.deployment_target is not None:
+            deployment_target = check_deployment_target(self.target.deployment_target, precision, recipe,
+                                                        enumerated_inputs=model.spec.enumerated_inputs)
+        else:
+            deployment_target = shared_deployment_target(precision, recipe, self._siblings(variant),
+                                                         enumerated_inputs=model.spec.enumerated_inputs)
         calibration = (calibration_data(model, self.config.verify.samples)
                        if recipe is not None and recipe["kind"] == "linear_quantize_activations" else None)
 
@@ -123,6 +127,15 @@ class CoremlBackend(Backend):
             "export": cached.facts("deployment_target", "fallback_reason", "warnings"),
         }
         return Exported(payload=CoremlArtifact(cached.path, analysis), info=cached.info, details=details)
+
+    def _siblings(self, variant: Variant) -> list[tuple[str, dict | None]]:
+        """(precision, recipe) of every variant of `variant`'s model in its sweep target, excludes applied."""
+        from mlbench.matrix import expand
+
+        names = {(v.axis("precision"), v.axis("optimize")) for v in expand(self.config)
+                 if v.model == variant.model and v.target_index == variant.target_index}
+        return [(precision, recipe_dict(self.config.optimizations.get(name), self.config.optimizations))
+                for precision, name in sorted(names)]
 
     def untimeable(self, variant: Variant) -> str | None:
         if on_device(variant) != LOCAL_DEVICE:

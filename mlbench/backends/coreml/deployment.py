@@ -35,6 +35,7 @@ __all__ = [
     "InvalidExportOptions",
     "check_deployment_target",
     "minimum_deployment_target",
+    "shared_deployment_target",
     "valid_deployment_targets",
     "validate_optimization",
 ]
@@ -219,6 +220,25 @@ def _recipe_requirement(optimization: dict) -> tuple[int, str]:
 def minimum_deployment_target(precision: str, optimization: dict | None, enumerated_inputs: int = 0) -> str:
     """The lowest deployment target the options need, as an iOS name ("iOS15", "iOS16", "iOS18")."""
     return _LEVEL_TO_IOS[_requirement(precision, optimization, enumerated_inputs)[0]]
+
+
+def shared_deployment_target(
+    precision: str, optimization: dict | None, siblings: list[tuple[str, dict | None]], enumerated_inputs: int = 0
+) -> str:
+    """The lowest target every variant of a model in one sweep target needs, as an iOS name.
+
+    Variants of one model then differ only in what the sweep varies: coremltools gives a float16 program
+    float16 inputs and outputs from iOS16 on, and float32 ones cast on the CPU before (a device switch
+    the estimate counts), so per-variant minimums would credit palettization with a cast it did not
+    remove. A sibling whose own options are invalid is left out here; its own export says why.
+    """
+    level = _requirement(precision, optimization, enumerated_inputs)[0]
+    for sibling_precision, sibling_optimization in siblings:
+        try:
+            level = max(level, _requirement(sibling_precision, sibling_optimization, enumerated_inputs)[0])
+        except InvalidExportOptions:
+            continue
+    return _LEVEL_TO_IOS[level]
 
 
 def check_deployment_target(

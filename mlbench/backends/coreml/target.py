@@ -6,7 +6,7 @@ targets:
     precision: [float32, float16]
     compute_units: [cpu_only, cpu_and_gpu, cpu_and_ne, all]
     optimize: [none, palettize4]
-    deployment_target: macOS14      # default: the lowest the options need
+    deployment_target: macOS14      # default: the lowest all these variants need
     estimate_on: [a17pro, m1]       # latency.estimated.<chip> per variant (chips.yaml or chip_profiles)
 optimizations:
   palettize4: {kind: palettize, nbits: 4, mode: kmeans}
@@ -149,7 +149,9 @@ class CoremlTarget(TargetBase):
         default=[NO_OPTIMIZATION], description="'none' or names of recipes under `optimizations`."
     )
     deployment_target: str | None = Field(
-        default=None, description="e.g. iOS17, macOS14; default: the lowest the precision and optimization need."
+        default=None, description="e.g. iOS17, macOS14; default: the lowest every variant of the model in this target "
+        "needs, so they differ only in precision and optimization (a float16 program takes float16 inputs from iOS16 "
+        "on, float32 inputs cast on the CPU before)."
     )
     package: Path | None = Field(
         default=None,

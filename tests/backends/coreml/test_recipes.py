@@ -97,7 +97,48 @@ def test_int4_blocks_w8a8_and_joint_compression_shrink_the_weights_and_stay_corr
         assert record.verify.samples == 3
     deployment = {k: report.artifacts[r.artifact.key]["export"]["deployment_target"]  # type: ignore[union-attr]
                   for k, r in records.items()}
-    assert deployment == {"none": "iOS15", "int4block": "iOS18", "w8a8": "iOS17", "palettize4": "iOS16",
-                          "sparse_palettized": "iOS18"}
+    # one target: every variant at the lowest target all of them need (int4 blocks and the chain: iOS18)
+    assert deployment == dict.fromkeys(records, "iOS18")
     ops = {k: report.artifacts[r.artifact.key]["program"]["op_counts"] for k, r in records.items()}  # type: ignore[union-attr]
     assert ops["w8a8"].get("quantize", 0) > 0 and ops["w8a8"].get("dequantize", 0) > 0
+
+
+def test_a_models_variants_in_one_target_share_the_lowest_deployment_target_all_of_them_need():
+    from mlbench.backends.coreml.deployment import InvalidExportOptions, shared_deployment_target
+
+    palettize4 = {"kind": "palettize", "nbits": 4, "mode": "kmeans"}
+    w8a8 = {"kind": "linear_quantize_activations"}
+    assert shared_deployment_target("float16", None, [("float16", None)]) == "iOS15"
+    assert shared_deployment_target("float16", None, [("float16", None), ("float16", palettize4)]) == "iOS16"
+    assert shared_deployment_target("float32", palettize4, [("float32", palettize4), ("float16", w8a8)]) == "iOS17"
+    # a sibling's invalid recipe is its own export's error, not this variant's
+    assert shared_deployment_target("float16", None, [("float16", {"kind": "palettize", "nbits": 5})]) == "iOS15"
+    with pytest.raises(InvalidExportOptions, match="unknown optimization kind 'zip'"):
+        shared_deployment_target("float16", {"kind": "zip"}, [])
+
+
+@pytest.mark.torch
+def test_float16_and_palettized_variants_take_the_same_inputs_so_the_estimate_compares_only_the_weights(write_pipeline):
+    """At per-variant minimums `none` (iOS15) took float32 inputs cast on the CPU and palettize4 (iOS16) float16
+    ones: the estimate gave `none` a device switch palettize4 did not have. An include entry is a target of its own."""
+    from mlbench.run import run
+
+    text = PIPELINE.replace("OPTIMIZE", "[none, palettize4]").replace(
+        "    compute_units: [cpu_and_ne]\n", "    compute_units: [cpu_and_ne]\n    estimate_on: [a16]\n")
+    text = text.replace("optimizations:", "include:\n  - {model: cnn, backend: coreml, precision: float32, "
+                        "compute_units: cpu_only, optimize: none}\noptimizations:")
+    report = run(load_pipeline(write_pipeline(text)), jobs=1)
+    records = {r.variant_id: r for r in report.records}
+    assert {k: r.status for k, r in records.items()} == dict.fromkeys(
+        ("cnn/coreml/float16/cpu_and_ne/none", "cnn/coreml/float16/cpu_and_ne/palettize4",
+         "cnn/coreml/float32/cpu_only/none"), "ok")
+    exported = {k: report.artifacts[r.artifact.key] for k, r in records.items()}  # type: ignore[union-attr]
+    assert {k: (a["export"]["deployment_target"], [i["dtype"] for i in a["program"]["inputs"]])
+            for k, a in exported.items()} == {
+        "cnn/coreml/float16/cpu_and_ne/none": ("iOS16", ["fp16"]),
+        "cnn/coreml/float16/cpu_and_ne/palettize4": ("iOS16", ["fp16"]),
+        "cnn/coreml/float32/cpu_only/none": ("iOS15", ["fp32"]),
+    }
+    switches = {k: records[k].details["latency_estimate"]["a16"]["switches"]
+                for k in ("cnn/coreml/float16/cpu_and_ne/none", "cnn/coreml/float16/cpu_and_ne/palettize4")}
+    assert switches == dict.fromkeys(switches, 0)
