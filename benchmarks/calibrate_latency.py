@@ -203,6 +203,11 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"one CSV in {ROWS_PATH.name}'s format (default: both files of the calibration folder)")
     ap.add_argument("--write", action="store_true", help="store the fit in chips.yaml")
     args = ap.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("timm") is None:  # the rows' models are rebuilt with timm and keyed by its version
+        print('calibrate_latency: needs timm and diffusers: pip install -e ".[calibration]"', file=sys.stderr)
+        return 2
 
     cases, left_out, sources = [], [], []
     rows_in, skipped = (load_rows(args.rows), []) if args.rows else load_all()
@@ -228,6 +233,10 @@ def main(argv: list[str] | None = None) -> int:
             case = case_for(item.row, unet, estimate_placement(unet, item.row.compute_units))
             cases.append(dataclasses.replace(case, scale=item.scale, label=f"{case.label} (×{item.scale:.2f} layers)"))
             sources.append(item.row.pages)
+    if not cases:
+        print("calibrate_latency: no row to fit: " + "; ".join(left_out or ["the calibration files hold no rows"]),
+              file=sys.stderr)
+        return 1
     result = calibrate_cases(cases, prior_values(), prior_weight=PRIOR_WEIGHT, grouped=True)
     values, free = result.values, result.free
     shared_pool = pooled(cases)

@@ -116,3 +116,19 @@ def test_batch_norms_recalibrated_on_seeded_inputs_leave_no_tensor_zero_everywhe
         after = module(torch.randn(2, 3, 16, 16))
     positive = float((after > 0).float().mean())
     assert 0.2 < positive < 0.8  # centred channels: about half of each ReLU's outputs pass
+
+
+def test_without_timm_the_benchmark_says_what_to_install_in_one_line(bench, monkeypatch, capsys):
+    import importlib.util
+
+    calibrate = importlib.import_module("calibrate_latency")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "timm" else find_spec(name, *a))
+    assert calibrate.main([]) == 2
+    assert capsys.readouterr().err == 'calibrate_latency: needs timm and diffusers: pip install -e ".[calibration]"\n'
+
+
+def test_a_checkout_without_the_shared_calibration_folder_leaves_the_diffusion_rows_out_saying_so(bench, tmp_path):
+    diffusion = importlib.import_module("calibration_diffusion")
+    missing = tmp_path / "published_apple.csv"
+    assert diffusion.load_diffusion(missing) == ([], [f"diffusion rows: {missing} not found"])
