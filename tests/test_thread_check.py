@@ -14,7 +14,8 @@ milder. Measured here with the same model (a check being 2 threads' burst median
 3.3x to 3.7x in 4 to 7 checks of 20 per run, the rest about 1.05; ExecuTorch read 2.1x to 26x in 1 or 2 checks of
 20, the rest about 1.04. A whole `mlbench run` under the busy loop found the stall in 1 run of 3 (LiteRT, 2.9x)
 and 1 of 2 (ExecuTorch, 2.0x). So their test runs 40 checks in a child of its own session (as mlbench's measuring
-child is) and asserts the check finds the stall at least once; what a backend does with a stalled check (measure
+child is), up to three children, and asserts the check finds the stall at least once (run alone, ExecuTorch's 40
+checks later found none in 2 runs of 4, every ratio 1.01 to 1.16); what a backend does with a stalled check (measure
 with one thread, and say so) is tested with the check forced, in tests/backends/test_thread_checks.py."""
 
 from __future__ import annotations
@@ -198,8 +199,12 @@ def test_a_stalled_torch_pool_under_a_busy_loop_is_found_and_the_figure_taken_wi
     assert record["latency"]["threads"] == 1
     assert median < check["configured_ms"] / 2, (median, check)  # the model, not the wait
     adjustments = record["latency"]["stability"]["adjustments"]
+    # found before the timed calls, or by the check again after them when the stall began later
+    when = ("before the timed calls" if check.get("timed_before_ms") is None else
+            f"after timed calls that read {check['timed_before_ms']:.3g} ms with 2 (the pool stalled after the first "
+            "check), which were timed again")
     assert adjustments == [f"measured with 1 thread: 2 threads read {check['configured_ms']:.3g} ms against "
-                           f"{check['one_thread_ms']:.3g} ms with 1 in a burst before the timed calls (a stalled "
+                           f"{check['one_thread_ms']:.3g} ms with 1 in a burst {when} (a stalled "
                            "thread pool: the other threads wait for cores other processes hold)"]
     markdown = (tmp_path / "out" / "report.md").read_text(encoding="utf-8")
     assert adjustments[0] in markdown
@@ -274,7 +279,7 @@ def _exported_file(tmp_path, target: dict):
 
 
 @pytest.mark.torch
-@pytest.mark.slow  # an export, then 40 checks under sixteen spinners: 30 to 70 s on a shared 2-core machine
+@pytest.mark.slow  # an export, then 40 to 120 checks under sixteen spinners: 30 to 200 s on a 2-core machine
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: every pool has one thread, nothing to check")
 @pytest.mark.parametrize("name", list(XNNPACK))
 def test_an_xnnpack_pool_under_a_busy_loop_is_found_stalled(tmp_path, name):
@@ -285,11 +290,16 @@ def test_an_xnnpack_pool_under_a_busy_loop_is_found_stalled(tmp_path, name):
         pytest.importorskip(module)
     path = _exported_file(tmp_path, target)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    with busy_loop():
-        done = subprocess.run([sys.executable, "-c", CHECKS, name, str(path), "40"], capture_output=True, text=True,
-                              env=env, start_new_session=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    found = json.loads(done.stdout.splitlines()[-1])
-    ratios = [round(many / one, 2) for many, one, _ in found]
-    # the stall, reproduced: in at least one check, 2 threads more than STALL_FACTOR times slower than one
+    # the stall, reproduced: in at least one check, 2 threads more than STALL_FACTOR times slower than one. Run
+    # alone (no other test beside it) ExecuTorch's 40 checks found none in 2 of 4 runs: up to three children
+    ratios: list[list[float]] = []
+    for _ in range(3):
+        with busy_loop():
+            done = subprocess.run([sys.executable, "-c", CHECKS, name, str(path), "40"], capture_output=True,
+                                  text=True, env=env, start_new_session=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        found = json.loads(done.stdout.splitlines()[-1])
+        ratios.append([round(many / one, 2) for many, one, _ in found])
+        if any(stalled for _, _, stalled in found):
+            break
     assert any(stalled for _, _, stalled in found), ratios
