@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import importlib.util
 import math
 import statistics
 import sys
@@ -203,8 +204,6 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"one CSV in {ROWS_PATH.name}'s format (default: both files of the calibration folder)")
     ap.add_argument("--write", action="store_true", help="store the fit in chips.yaml")
     args = ap.parse_args(argv)
-    import importlib.util
-
     if importlib.util.find_spec("timm") is None:  # the rows' models are rebuilt with timm and keyed by its version
         print('calibrate_latency: needs timm and diffusers: pip install -e ".[calibration]"', file=sys.stderr)
         return 2
