@@ -193,11 +193,14 @@ def test_a_stalled_torch_pool_under_a_busy_loop_is_found_and_the_figure_taken_wi
         if check["stalled"]:
             break
         assert record["latency"]["threads"] == 2, record["latency"]
-        assert not any(note.startswith("measured with 1 thread") for note in record["latency"]["stability"]["adjustments"])
+        said = record["latency"]["stability"].get("adjustments", [])  # the key is left out when nothing was done
+        assert not any(note.startswith("measured with 1 thread") for note in said), said
     assert check["stalled"], check
     median = record["metrics"]["latency.median"]["value"]
     assert record["latency"]["threads"] == 1
-    assert median < check["configured_ms"] / 2, (median, check)  # the model, not the wait
+    # the model, not the wait: nearer the one-thread burst than the stalled one (a stall is 1.5x or more; one run here
+    # read 1.83x, and a median of 0.97x the one-thread burst was then above half the stalled figure)
+    assert median < (check["configured_ms"] + check["one_thread_ms"]) / 2, (median, check)
     adjustments = record["latency"]["stability"]["adjustments"]
     # found before the timed calls, or by the check again after them when the stall began later
     when = ("before the timed calls" if check.get("timed_before_ms") is None else
