@@ -212,7 +212,7 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
-                          "fixed_ms": estimate.fixed_ms, "switches": estimate.switches, "chip": profiles[chip_id].name,
+                          "fixed_ms": estimate.fixed_ms, "overhead_share": round(overhead_share(estimate), 3), "switches": estimate.switches, "chip": profiles[chip_id].name,
                           "rules": estimate.rules, "kind": kind, "order_evidence": fit.order_evidence}
     return metrics, parts
 
@@ -235,11 +235,12 @@ def overhead_band(fit: Fit, estimate: Estimate, band: Band) -> Band:
     if side is None:
         return band
     which = "at least" if over else "under"
+    # the share itself is the estimate's (its parts' `overhead_share`), not the band's: every estimate on one side
+    # carries the same band, so a report names it once
     return Band(median_ratio=side.median_ratio, worst_ratio=side.worst_ratio,
-                basis=f"{band.basis}; this estimate is {share:.0%} fixed and per-op cost, so its band is that of the "
-                f"{side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on {side.chips} "
-                f"chip{'s' if side.chips != 1 else ''}) whose estimate without their chip was {which} "
-                f"{OVERHEAD_SHARE:.0%} so")
+                basis=f"{band.basis}; an estimate {which} {OVERHEAD_SHARE:.0%} fixed and per-op cost takes the band "
+                f"of the {side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on {side.chips} "
+                f"chip{'s' if side.chips != 1 else ''}) whose estimate without their chip was so")
 
 
 def compressed_band(fit: Fit, kind: str, band: Band) -> Band:

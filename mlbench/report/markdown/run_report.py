@@ -12,6 +12,7 @@ from mlbench.metrics import ESTIMATE_MARK, MetricInfo, columns, estimate_mark, f
 from mlbench.plugins.registry import devices, specs
 from mlbench.plugins.spec import REFERENCE, load_attr
 from mlbench.records import Metric, RunRecord, RunReport
+from mlbench.report.band_words import describe_bands
 from mlbench.report.markdown.layout import COMMENT_LIMIT, MAX_COLUMNS, Column, Section, fit_comment, render_table
 from mlbench.report.text import md_cell, md_code, md_inline
 from mlbench.stability import LEGEND, metric_notes, suffix
@@ -141,9 +142,8 @@ def render_column_notes(records: list[RunRecord], extra: list[MetricInfo]) -> li
         text = column.describe
         if any((m := r.metrics.get(column.name)) is not None and m.source == "reference" for r in records):
             text += " (‡: in the vendor's reference runtime on this machine's CPU, not a device)"  # only where one is
-        for band in bands.values():
-            text += (f"; off by ×{band.median_ratio:.2f} typically, ×{band.worst_ratio:.2f} at worst "
-                     f"({band.basis})")
+        if bands:
+            text += f"; {describe_bands(list(bands.values()))}"
         groups.setdefault(text, []).append(f"_{column.label}_")
     lines = [f"{', '.join(labels)}: {text}." for text, labels in groups.items()]
     if any((m := r.metrics.get(c.name)) is not None and m.measured_as for r in records for c in extra):

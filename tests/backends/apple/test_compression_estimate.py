@@ -253,14 +253,17 @@ def test_an_estimate_mostly_fixed_and_per_op_cost_takes_the_band_of_such_rows_on
     tiny = heavy.model_copy(deep=True)
     for layer in tiny.layers:  # the same eight ops, each a few thousand FLOPs and bytes
         layer.flops, layer.bytes, layer.weight_bytes = 4096, 4096, 1024
-    for analysis, side, share in ((tiny, fit.uncalibrated_overhead_bound, "at least 50% so"),
-                                  (heavy, fit.uncalibrated_compute_bound, "under 50% so")):
-        metrics, _parts = latency_metrics(analysis, placement, ["a19pro", "a16"])
+    for analysis, side, which, over in ((tiny, fit.uncalibrated_overhead_bound, "at least", True),
+                                        (heavy, fit.uncalibrated_compute_bound, "under", False)):
+        metrics, parts = latency_metrics(analysis, placement, ["a19pro", "a16"])
         band = metrics["latency.estimated.a19pro"].band
         assert band is not None and (band.median_ratio, band.worst_ratio) == (side.median_ratio, side.worst_ratio)
         assert band.basis.startswith("uncalibrated chip (a19pro): ")
-        assert f"so its band is that of the {side.rows} rows (" in band.basis and band.basis.endswith(share)
+        assert band.basis.endswith(f"; an estimate {which} 50% fixed and per-op cost takes the band of the "
+                                   f"{side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on "
+                                   f"{side.chips} chip{'s' if side.chips != 1 else ''}) whose estimate without their chip was so")
+        assert (parts["a19pro"]["overhead_share"] >= 0.5) is over  # the estimate's own share, in its parts
         calibrated = metrics["latency.estimated.a16"].band  # a chip with rows keeps its own band
-        assert calibrated is not None and "so its band is" not in calibrated.basis
+        assert calibrated is not None and "takes the band of" not in calibrated.basis
     tiny_parts = latency_metrics(tiny, placement, ["a19pro"])[1]["a19pro"]
     assert tiny_parts["fixed_ms"] + tiny_parts["dispatch_ms"] > sum(tiny_parts["compute_ms"].values())
