@@ -1,8 +1,8 @@
 """The error bands of one report column in words, each shared clause said once.
 
-A chip without calibration rows gives its estimates up to four bands (mostly fixed and per-op cost or not,
+A chip without calibration rows gives its estimates several bands (mostly fixed and per-op cost or not,
 each maybe widened for a compressed variant), and every band's basis repeats where the costs came from. Said
-band by band, one column's note ran past 5,000 characters of a pull-request comment; said here, what all the
+band by band, one column's note ran to 3,400 characters of a pull-request comment; said here, what all the
 bands share comes once, after each band's own figures and words."""
 
 from __future__ import annotations

@@ -212,7 +212,8 @@ def latency_metrics(analysis: ProgramAnalysis, placement: Placement, chip_ids: l
                                measured_as="latency.median" if chip_id == this_machine else None)
         parts[chip_id] = {"compute_ms": {d: round(v, 4) for d, v in estimate.compute_ms.items() if v},
                           "dispatch_ms": round(estimate.dispatch_ms, 4), "switch_ms": round(estimate.switch_ms, 4),
-                          "fixed_ms": estimate.fixed_ms, "overhead_share": round(overhead_share(estimate), 3), "switches": estimate.switches, "chip": profiles[chip_id].name,
+                          "fixed_ms": estimate.fixed_ms, "overhead_share": round(overhead_share(estimate), 3),
+                          "switches": estimate.switches, "chip": profiles[chip_id].name,
                           "rules": estimate.rules, "kind": kind, "order_evidence": fit.order_evidence}
     return metrics, parts
 

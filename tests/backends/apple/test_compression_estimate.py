@@ -259,9 +259,10 @@ def test_an_estimate_mostly_fixed_and_per_op_cost_takes_the_band_of_such_rows_on
         band = metrics["latency.estimated.a19pro"].band
         assert band is not None and (band.median_ratio, band.worst_ratio) == (side.median_ratio, side.worst_ratio)
         assert band.basis.startswith("uncalibrated chip (a19pro): ")
-        assert band.basis.endswith(f"; an estimate {which} 50% fixed and per-op cost takes the band of the "
-                                   f"{side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on "
-                                   f"{side.chips} chip{'s' if side.chips != 1 else ''}) whose estimate without their chip was so")
+        rows = (f"{side.rows} rows ({side.models} model{'s' if side.models != 1 else ''} on {side.chips} "
+                f"chip{'s' if side.chips != 1 else ''})")
+        assert band.basis.endswith(f"; an estimate {which} 50% fixed and per-op cost takes the band of the {rows} "
+                                   "whose estimate without their chip was so")
         assert (parts["a19pro"]["overhead_share"] >= 0.5) is over  # the estimate's own share, in its parts
         calibrated = metrics["latency.estimated.a16"].band  # a chip with rows keeps its own band
         assert calibrated is not None and "takes the band of" not in calibrated.basis
