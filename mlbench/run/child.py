@@ -82,6 +82,9 @@ def _watch_lifeline(fd: int) -> None:
         except OSError:
             data = b""
         if not data:  # every write end is closed: the coordinator is gone
+            from mlbench.run.scratch import remove_own
+
+            remove_own()
             os._exit(EXIT_ORPHANED)
 
 
@@ -191,8 +194,10 @@ def run_child(parent: int, conn_fd: int, lifeline_fd: int, memory: int, warmups:
     """Everything a child does once it runs, spawned (`main`) or forked from a zygote (`zygote.py`, whose
     imports make those below no-ops): tied to PARENT, its descriptors its own, its memory capped."""
     from mlbench.run.frames import Channel
+    from mlbench.run.scratch import remove_own, use_own_folder
 
     die_with_parent(parent)
+    use_own_folder()  # the converters' temporary files, removed when this process ends (`scratch.py`)
     for fd in (conn_fd, lifeline_fd):  # a process the model starts must not hold them
         os.set_inheritable(fd, False)
     threading.Thread(target=_watch_lifeline, args=(lifeline_fd,), daemon=True, name="lifeline").start()
@@ -211,7 +216,10 @@ def run_child(parent: int, conn_fd: int, lifeline_fd: int, memory: int, warmups:
 
         warm_task(warmups)  # what fails here, the export says why
     conn.send(("ready",))
-    serve(conn)
+    try:
+        serve(conn)
+    finally:
+        remove_own()
 
 
 def main(argv: list[str]) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.errors import exit_cause
+from mlbench.run import scratch
 from mlbench.run.frames import TIMEOUT, BadFrame, Channel, ChannelClosed
 from mlbench.run.zygote import ForkedProcess, Zygote, ZygoteUnavailable, fork_server_enabled
 
@@ -207,6 +208,7 @@ class Child:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        scratch.remove(self.process.pid)  # what the converters left there: a killed child removed nothing
         self._close_ends()
 
     def close(self) -> None:
@@ -245,6 +247,7 @@ class ChildPool:
     """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
 
     def __init__(self) -> None:
+        scratch.remove_orphans()  # the folders of children killed with their coordinator, on an earlier run
         self.children: list[Child] = []
         self._ended_startup_s = 0.0
         self._ended_starts: list[tuple[float, float]] = []  # (spawned, ready) of the children forgotten
