@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from mlbench.errors import exit_cause
-from mlbench.run import scratch
 from mlbench.run.frames import TIMEOUT, BadFrame, Channel, ChannelClosed
+from mlbench.run.scratch import remove_child_folder, remove_orphans, track_child
 from mlbench.run.zygote import ForkedProcess, Zygote, ZygoteUnavailable, fork_server_enabled
 
 log = logging.getLogger("mlbench.run")
@@ -158,6 +158,7 @@ class Child:
                 self.kill()
                 raise ChildDied("a first message that is not ready" if message is not TIMEOUT else None)
             self.ready = True
+            track_child(self.process.pid)  # its temporary folder is made by now (`scratch.py`)
             now = time.perf_counter()
             self.startup_s = now - self.spawned
             if isinstance(self.process, ForkedProcess) and (at := self.process.server_ready_at()) is not None:
@@ -208,7 +209,7 @@ class Child:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-        scratch.remove(self.process.pid)  # what the converters left there: a killed child removed nothing
+        remove_child_folder(self.process.pid)  # what the converters left there: a killed child removed nothing
         self._close_ends()
 
     def close(self) -> None:
@@ -247,7 +248,7 @@ class ChildPool:
     """The children of one coordinator (or Dask worker): started on demand, reused while alive."""
 
     def __init__(self) -> None:
-        scratch.remove_orphans()  # the folders of children killed with their coordinator, on an earlier run
+        remove_orphans()  # the folders of children killed with their coordinator, on an earlier run
         self.children: list[Child] = []
         self._ended_startup_s = 0.0
         self._ended_starts: list[tuple[float, float]] = []  # (spawned, ready) of the children forgotten

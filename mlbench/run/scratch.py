@@ -7,14 +7,16 @@ with ``os._exit`` (no hooks), and one killed for a time or memory limit runs not
 children left their packages behind, 76 KB to 330 MB each (538 of them, 8.3 GB, in a day of this project's
 own runs on one machine).
 
-So a child points ``tempfile`` and TMPDIR at ``<temp>/mlbench-child-<pid>`` first thing, and three hands
-remove it: the child itself when it is told to exit, the coordinator after it reaps a child it killed or
-that died (`children.Child.kill`), and the next pool started on this machine for a child that outlived its
-coordinator's cleanup (killed with it: ``remove_orphans``).
+So a child points ``tempfile`` and TMPDIR at ``<temp>/mlbench-child-<pid>`` first thing, and it is removed
+by the child itself when it is told to exit; by the coordinator after it reaps a child it killed or that
+died (`children.Child.kill`), and at its own exit for children it let exit in the background (they die
+with it, by the parent-death signal, before their own cleanup); and by the next pool started on this
+machine for the children of a coordinator that was killed (``remove_orphans``).
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -23,6 +25,7 @@ from pathlib import Path
 
 PREFIX = "mlbench-child-"
 _own: list[Path] = []  # this process's folder, once `use_own_folder` made it
+_children: set[int] = set()  # the children of this process whose folders may still be there
 
 
 def folder_for(pid: int, base: str | None = None) -> Path:
@@ -48,10 +51,26 @@ def remove_own() -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def remove(pid: int | None, base: str | None = None) -> None:
+def track_child(pid: int | None) -> None:
+    """In a coordinator: the child `pid` has made its folder; this process removes it at its exit if the
+    child has not by then (`remove_child_folder`)."""
+    if pid is not None and pid > 0:
+        _children.add(pid)
+
+
+def remove_child_folder(pid: int | None, base: str | None = None) -> None:
     """Remove the folder of the child `pid`, once it has ended (nothing when there is none)."""
     if pid is not None and pid > 0:
         shutil.rmtree(folder_for(pid, base), ignore_errors=True)
+        _children.discard(pid)
+
+
+@atexit.register
+def _remove_children_folders() -> None:
+    """The folders of the children still exiting as this process ends: the idle ones closed in the background
+    (`children.ChildPool.close_in_background`), which the parent-death signal kills before their own cleanup."""
+    for pid in list(_children):
+        remove_child_folder(pid)
 
 
 def remove_orphans(base: str | None = None) -> int:

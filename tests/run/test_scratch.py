@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from mlbench.run import children as children_module
 from mlbench.run import scratch
 from mlbench.run.children import ChildPool
 from tests.conftest import ROOT
@@ -82,7 +83,7 @@ def test_a_killed_childs_folder_goes_when_the_pool_discards_it(tmp_path, monkeyp
 def test_a_child_asked_to_exit_removes_its_own_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr("tempfile.tempdir", None)
-    monkeypatch.setattr(scratch, "remove", lambda pid, base=None: None)  # the coordinator's hand, tied
+    monkeypatch.setattr(children_module, "remove_child_folder", lambda pid, base=None: None)  # not the pool's
     pool = ChildPool()
     child = pool.acquire(0, timing=True)
     child.wait_ready()
@@ -108,3 +109,25 @@ def test_a_new_pool_removes_the_folders_of_children_no_longer_running_and_no_oth
     orphan.mkdir()
     ChildPool().close()  # a pool starting sweeps them too
     assert not orphan.exists()
+
+
+BACKGROUND_CLOSE = """\
+from mlbench.run.children import ChildPool
+pool = ChildPool()
+child = pool.acquire(0)
+child.wait_ready()
+print(child.process.pid, flush=True)
+pool.release(child)
+pool.close_in_background()  # as a run does before writing its reports: the child exits while this one goes on
+"""
+
+
+@pytest.mark.parametrize("fork_server", ["1", "0"], ids=["spawned", "forked"])
+def test_a_coordinator_exiting_while_its_idle_children_close_in_the_background_leaves_no_folder(
+        tmp_path, fork_server):
+    env = {**os.environ, "TMPDIR": str(tmp_path), "MLBENCH_NO_FORK_SERVER": fork_server}
+    done = subprocess.run([sys.executable, "-c", BACKGROUND_CLOSE], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[0]) > 0
+    assert not list(tmp_path.glob(scratch.PREFIX + "*"))
