@@ -5,7 +5,7 @@ them: coremltools saves every converted or compressed program as a fresh ``tmpXX
 removes it in an ``atexit`` hook (``coremltools/models/model.py``). A child forked from the fork server ends
 with ``os._exit`` (no hooks), and one killed for a time or memory limit runs nothing: Core ML exports in such
 children left their packages behind, 76 KB to 330 MB each (538 of them, 8.3 GB, in a day of this project's
-own runs on one machine).
+own test suites and runs on one machine).
 
 So a child points ``tempfile`` and TMPDIR at ``<temp>/mlbench-child-<pid>`` first thing, and it is removed
 by the child itself when it is told to exit; by the coordinator after it reaps a child it killed or that
