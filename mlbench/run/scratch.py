@@ -33,12 +33,16 @@ def folder_for(pid: int, base: str | None = None) -> Path:
     return Path(base or tempfile.gettempdir()) / f"{PREFIX}{pid}"
 
 
-def use_own_folder() -> Path:
+def use_own_folder() -> Path | None:
     """In a child: make a fresh folder for this process and send every temporary file there (this
-    process's `tempfile` and, through TMPDIR, what the model starts)."""
+    process's `tempfile` and, through TMPDIR, what the model starts). None, changing nothing, where the
+    folder cannot be made: a child never fails for want of it."""
     folder = folder_for(os.getpid())
     shutil.rmtree(folder, ignore_errors=True)  # a process of the same pid that was killed before its cleanup
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return None
     os.environ["TMPDIR"] = str(folder)
     tempfile.tempdir = str(folder)
     _own[:] = [folder]

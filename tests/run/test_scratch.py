@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -131,3 +132,12 @@ def test_a_coordinator_exiting_while_its_idle_children_close_in_the_background_l
     assert done.returncode == 0, done.stderr[-2000:]
     assert int(done.stdout.split()[0]) > 0
     assert not list(tmp_path.glob(scratch.PREFIX + "*"))
+
+
+def test_a_child_whose_folder_cannot_be_made_keeps_the_temporary_folder_it_was_given(tmp_path, monkeypatch):
+    given = tmp_path / "not-a-folder"
+    given.write_text("", encoding="utf-8")
+    monkeypatch.setattr("tempfile.tempdir", str(given))
+    monkeypatch.setenv("TMPDIR", str(given))
+    assert scratch.use_own_folder() is None
+    assert tempfile.tempdir == str(given) and os.environ["TMPDIR"] == str(given)
