@@ -81,6 +81,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if home is not None:
         shutil.rmtree(home, ignore_errors=True)
 
+TINY_AND_SEGFAULTING_MODELS = f"""\
+  - name: tiny
+    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
+    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
+  - name: segv
+    source: {ROOT}/tests/faulty_models.py:Faulty
+    kwargs: {{fault: segfault}}
+    inputs: [{{name: x, shape: [1, 8]}}]
+"""
+"""A pipeline's `models:` entries: the tiny CNN, and a model whose forward segfaults (its exporting or
+measuring child dies)."""
+
 TINY_PIPELINE = """\
 version: 1
 name: tiny

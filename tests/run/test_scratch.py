@@ -15,7 +15,7 @@ import pytest
 from mlbench.run import children as children_module
 from mlbench.run import scratch
 from mlbench.run.children import ChildPool
-from tests.conftest import ROOT
+from tests.conftest import TINY_AND_SEGFAULTING_MODELS
 
 pytestmark = pytest.mark.torch
 
@@ -23,14 +23,7 @@ PIPELINE = f"""\
 version: 1
 name: scratch
 models:
-  - name: tiny
-    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
-    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
-  - name: segv
-    source: {ROOT}/tests/faulty_models.py:Faulty
-    kwargs: {{fault: segfault}}
-    inputs: [{{name: x, shape: [1, 8]}}]
-targets:
+{TINY_AND_SEGFAULTING_MODELS}targets:
   - backend: coreml
     precision: [float16]
     compute_units: [all]

@@ -12,7 +12,7 @@ import pytest
 from mlbench.cli.main import main
 from mlbench.run.runner import run
 from mlbench.validate import load_pipeline
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TINY_AND_SEGFAULTING_MODELS
 
 pytest.importorskip("coremltools")
 pytestmark = pytest.mark.torch
@@ -21,14 +21,7 @@ PIPELINE = f"""\
 version: 1
 name: early
 models:
-  - name: tiny
-    source: {ROOT}/examples/tiny_cnn.py:TinyCNN
-    inputs: [{{name: image, shape: [1, 3, 32, 32]}}]
-  - name: segv
-    source: {ROOT}/tests/faulty_models.py:Faulty
-    kwargs: {{fault: segfault}}
-    inputs: [{{name: x, shape: [1, 8]}}]
-targets:
+{TINY_AND_SEGFAULTING_MODELS}targets:
   - backend: torch
   - backend: coreml
     precision: [float32, float16]
